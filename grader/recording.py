@@ -1,0 +1,46 @@
+"""Where checks send raw outputs when the grader runs a submission.
+
+In a learner's Jupyter kernel and under plain nbgrader nothing is recorded and the checks
+decide on the spot. Under ``python -m grader autograde`` the child process that runs the
+submission turns recording on; each check then also appends the learner's raw arrays here,
+and the parent process, which the learner's code cannot reach, decides again from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class CheckRecord:
+    exercise: str
+    seed: int
+    params: dict[str, Any]
+    outputs: dict[str, np.ndarray] | None  # None when the learner's code raised
+    error: str = ""
+
+
+@dataclass
+class Recorder:
+    current_cell: int = -1
+    records: dict[int, list[CheckRecord]] = field(default_factory=dict)
+
+    def add(self, record: CheckRecord) -> None:
+        self.records.setdefault(self.current_cell, []).append(record)
+
+
+_recorder: Recorder | None = None
+
+
+def start_recording() -> Recorder:
+    global _recorder
+    _recorder = Recorder()
+    return _recorder
+
+
+def record(record: CheckRecord) -> None:
+    if _recorder is not None:
+        _recorder.add(record)

@@ -1,0 +1,21 @@
+"""The bug zoo: known-wrong implementations, written as a learner would write them.
+
+Each module ``chNN.py`` holds ``ASSIGNMENT`` (the assignment id) and ``BUGS``, a list of
+:class:`Bug`. ``tests/test_bugzoo.py`` puts each bug's code in place of the solution cell of
+its exercise in the nbgrader source notebook, runs the notebook's cells (hidden tests
+included) and requires that at least one test cell of that exercise fails, with ``expect``
+in its message when given. The hidden tests are written from the specification, not from
+this list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bug:
+    exercise: str  # the grade_id of the solution cell the code replaces
+    name: str  # a short name, used as the pytest id
+    code: str  # the complete replacement cell, defining the same function or class
+    expect: str = ""  # a phrase the failure message must contain ("" = any failure)
