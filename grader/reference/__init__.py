@@ -4,13 +4,31 @@ Narrative pages, figures and hidden tests import from here; learners' notebooks 
 except for locked setup cells that provide earlier chapters' pieces.
 """
 
+from grader.reference.multi_head import MultiHeadAttention, merge_heads, split_heads
+from grader.reference.qkv import attend, dot_product_attention, dot_scores, project_qkv
+from grader.reference.rnn import jacobian_norms, rnn_forward, rnn_step
 from grader.reference.scaled_dot_product import (
     scaled_dot_product_attention,
     scaled_dot_product_attention_torch,
 )
 from grader.reference.softmax import masked_softmax, softmax, softmax_jacobian
+from grader.reference.transformer import DecoderLayer, EncoderLayer, causal_mask, padding_mask
 
 __all__ = [
+    "attend",
+    "dot_product_attention",
+    "dot_scores",
+    "jacobian_norms",
+    "project_qkv",
+    "rnn_forward",
+    "rnn_step",
+    "DecoderLayer",
+    "EncoderLayer",
+    "MultiHeadAttention",
+    "causal_mask",
+    "merge_heads",
+    "padding_mask",
+    "split_heads",
     "masked_softmax",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_torch",

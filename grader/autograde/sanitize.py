@@ -1,0 +1,114 @@
+"""Putting a submitted notebook back in shape with nbgrader's own preprocessors.
+
+ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells (with missing grade cells
+added back) and CheckCellMetadata, as ``nbgrader autograde`` runs them, then what we add:
+notes on what was restored, and flags for solution cells that lean on the reference.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import nbformat
+from nbformat import NotebookNode
+from nbgrader import utils
+from nbgrader.preprocessors import (
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    OverwriteCells,
+    OverwriteKernelspec,
+)
+
+# A solution cell that imports the reference package or reads the solutions folder.
+REFERENCE_USE = re.compile(
+    r"grader\s*\.\s*reference|from\s+grader\s+import\s+[^\n]*\breference\b"
+    r"|['\"][^'\"]*solutions[/\\]|grader\s*\.\s*exercises"
+)
+
+
+@dataclass
+class Sanitized:
+    nb: NotebookNode
+    notes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    flagged_exercises: set[str] = field(default_factory=set)
+
+
+def grade_ids(nb: NotebookNode) -> list[str]:
+    return [
+        c.metadata.nbgrader["grade_id"]
+        for c in nb.cells
+        if "nbgrader" in c.metadata and c.metadata.nbgrader.get("grade_id")
+    ]
+
+
+def sanitize(
+    nb: NotebookNode, source: NotebookNode, db_url: str, assignment: str, notebook: str, student: str
+) -> Sanitized:
+    """Restore test and locked cells from the gradebook; note what changed and flag cheats."""
+    notes = _describe_tampering(nb, source)
+    resources = {
+        "nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook,
+                     "student": student}
+    }
+    for preprocessor in (
+        ClearOutput(),
+        DeduplicateIds(),
+        OverwriteKernelspec(),
+        OverwriteCells(add_missing_cells=True),
+        CheckCellMetadata(),
+    ):
+        nb, resources = preprocessor.preprocess(nb, resources)
+    result = Sanitized(nb, notes)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and utils.is_solution(cell) and not utils.is_grade(cell):
+            grade_id = cell.metadata.nbgrader["grade_id"]
+            if REFERENCE_USE.search(cell.source):
+                result.flagged_exercises.add(grade_id)
+                result.flags.append(
+                    f"solution cell {grade_id!r} uses the reference package or the solutions "
+                    "folder: no points for that exercise"
+                )
+    return result
+
+
+def _describe_tampering(nb: NotebookNode, source: NotebookNode) -> list[str]:
+    """Human-readable notes on test and locked cells that were deleted, edited or retyped."""
+    notes = []
+    submitted: dict[str, list[NotebookNode]] = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if isinstance(meta, dict) and meta.get("grade_id"):
+            submitted.setdefault(meta["grade_id"], []).append(cell)
+    for cell in source.cells:
+        meta = cell.metadata.get("nbgrader")
+        if not meta or not (meta.get("grade") or meta.get("locked")) or meta.get("solution"):
+            continue
+        grade_id = meta["grade_id"]
+        copies = submitted.get(grade_id, [])
+        kind = "test cell" if meta.get("grade") else "locked cell"
+        if not copies:
+            notes.append(f"{kind} {grade_id!r} was deleted; it was restored from the source")
+            continue
+        if len(copies) > 1:
+            notes.append(f"grade id {grade_id!r} appeared {len(copies)} times; one copy was kept")
+        mine = copies[-1]
+        if mine.get("cell_type") != cell.cell_type:
+            notes.append(f"{kind} {grade_id!r} had its type changed; it was restored")
+        elif not str(mine.get("source", "")).strip():
+            notes.append(f"{kind} {grade_id!r} was emptied; it was restored from the source")
+        elif _visible(mine.get("source", "")) != _visible(cell.source):
+            notes.append(f"{kind} {grade_id!r} was edited; the original was restored")
+    return notes
+
+
+def _visible(text: str) -> str:
+    """A test cell's text without its hidden block, as the learner's copy shows it."""
+    text = "".join(text) if isinstance(text, list) else text
+    return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", text, flags=re.S).strip()
+
+
+def copy_notebook(nb: NotebookNode) -> NotebookNode:
+    return nbformat.from_dict(nbformat.from_dict(nb))

@@ -1,0 +1,105 @@
+"""Finding submissions and reading their notebooks without trusting them.
+
+Layout (nbgrader's): SUBMITTED/<student_id>/<assignment>/<notebook>.ipynb. A folder of an
+assignment whose source has a single notebook may hold exactly one notebook of another name:
+it is graded, with a note. Anything unreadable becomes an :class:`Invalid` with a reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+
+
+@dataclass
+class Submission:
+    student: str
+    assignment: str
+    folder: Path
+    notebooks: dict[str, Path]  # source notebook name -> the submitted file that stands for it
+    notes: list[str] = field(default_factory=list)
+    problem: str = ""  # set when the submission cannot be graded at all
+
+    @property
+    def key(self) -> str:
+        return f"{self.student}/{self.assignment}"
+
+    def fingerprint(self, source_fingerprint: str) -> str:
+        """A hash of every file of the submission and of the source it is graded against."""
+        digest = hashlib.sha256(source_fingerprint.encode())
+        for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(self.folder)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        return digest.hexdigest()
+
+
+def folder_fingerprint(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def find_submissions(submitted: Path, source_notebooks: dict[str, list[str]]) -> list[Submission]:
+    """Every <student>/<assignment> folder of ``submitted`` whose assignment has a source."""
+    found = []
+    for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir()):
+        for folder in sorted(p for p in student_dir.iterdir() if p.is_dir()):
+            if folder.name not in source_notebooks:
+                continue
+            found.append(match_notebooks(student_dir.name, folder, source_notebooks[folder.name]))
+    return found
+
+
+def match_notebooks(student: str, folder: Path, expected: list[str]) -> Submission:
+    sub = Submission(student, folder.name, folder, {})
+    present = sorted(p for p in folder.glob("*.ipynb") if p.is_file())
+    for name in expected:
+        path = folder / f"{name}.ipynb"
+        if path.is_file():
+            sub.notebooks[name] = path
+    if not sub.notebooks and len(expected) == 1 and len(present) == 1:
+        sub.notebooks[expected[0]] = present[0]
+        sub.notes.append(
+            f"graded {present[0].name} as {expected[0]}.ipynb (the notebook had another name)"
+        )
+    missing = [n for n in expected if n not in sub.notebooks]
+    if not sub.notebooks:
+        sub.problem = (
+            "no notebook was found in the submission folder"
+            if not present
+            else f"none of the notebooks ({', '.join(p.name for p in present)}) is "
+            f"{' or '.join(n + '.ipynb' for n in expected)}"
+        )
+    elif missing:
+        sub.notes.append("missing notebook(s), scored 0: " + ", ".join(f"{n}.ipynb" for n in missing))
+    return sub
+
+
+class InvalidNotebook(ValueError):
+    """The file is not a notebook nbgrader could grade; the message says why."""
+
+
+def read_notebook(path: Path) -> NotebookNode:
+    size = path.stat().st_size
+    if size == 0:
+        raise InvalidNotebook(f"{path.name} is empty (0 bytes)")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise InvalidNotebook(f"{path.name} is {size / 2**20:.0f} MB, over the 50 MB limit")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InvalidNotebook(f"{path.name} is not UTF-8 text (is it really a notebook?)") from None
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises several kinds for broken JSON
+        raise InvalidNotebook(f"{path.name} is not valid notebook JSON: {exc}") from None
+    if not isinstance(nb.get("cells"), list):
+        raise InvalidNotebook(f"{path.name} has no list of cells")
+    return nb

@@ -1,0 +1,82 @@
+"""The command line: ``python -m grader {release,check,autograde}`` (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from grader.paths import SOLUTIONS
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    release = commands.add_parser("release", help="solutions/ -> chapters/ learner notebooks")
+    release.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+
+    check = commands.add_parser("check", help="run a notebook's visible tests and explain them")
+    check.add_argument("notebook", type=Path)
+    check.add_argument("--timeout", type=_positive(float), default=120.0)
+
+    grade = commands.add_parser("autograde", help="grade a folder of submissions")
+    grade.add_argument("submitted", type=Path, help="SUBMITTED/<student>/<assignment>/*.ipynb")
+    grade.add_argument("--out", type=Path, required=True, help="where results go")
+    grade.add_argument("--workers", type=_positive(int), default=os.cpu_count() or 1)
+    grade.add_argument("--timeout", type=_positive(float), default=60.0,
+                       help="wall-clock seconds per submission (default 60)")
+    grade.add_argument("--source", type=Path, default=SOLUTIONS,
+                       help="nbgrader source directory (default: this course's solutions/)")
+    grade.add_argument("--db", default=None, help="SQLAlchemy URL (default OUT/gradebook.db)")
+    grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "release":
+        from grader.release import release
+
+        for path in release(args.assignments or None):
+            print(f"wrote {path}")
+        return 0
+    if args.command == "check":
+        from grader.selfcheck import check_notebook, format_report
+
+        if not args.notebook.is_file():
+            print(f"error: {args.notebook} is not a file", file=sys.stderr)
+            return 2
+        outcomes = check_notebook(args.notebook, timeout=args.timeout)
+        print(format_report(args.notebook, outcomes))
+        return 0 if all(o.passed for o in outcomes) else 1
+    if args.command == "autograde":
+        from grader.autograde.pipeline import autograde
+
+        for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
+            if not folder.is_dir():
+                print(f"error: the {what} {folder} is not a directory", file=sys.stderr)
+                return 2
+        start = time.monotonic()
+        try:
+            summary = autograde(args.submitted, args.out, args.source, db_url=args.db,
+                                workers=args.workers, timeout=args.timeout,
+                                progress=not args.quiet)
+        except KeyboardInterrupt:
+            print("interrupted: every result written so far is kept; run again to resume",
+                  file=sys.stderr)
+            return 130
+        print(f"{summary.line()} in {time.monotonic() - start:.1f} s; see {args.out}/grades.csv")
+        return 0
+    return 2

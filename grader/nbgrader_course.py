@@ -1,0 +1,57 @@
+"""A throwaway nbgrader course folder around a source directory.
+
+nbgrader wants a course root with ``source/<assignment>/`` and a gradebook, and its
+generate_assignment deletes its whole output folder. So every call works in a temporary
+root whose ``source`` is a symlink to the real source directory; only what the caller
+copies out of it survives.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+from traitlets.config import Config
+
+
+# nbgrader runs the `alembic` script by name when it creates a gradebook: make the scripts of
+# this interpreter's environment findable even when the environment is not activated.
+_scripts = str(Path(sys.executable).parent)
+if _scripts not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _scripts + os.pathsep + os.environ.get("PATH", "")
+
+
+class NbgraderError(RuntimeError):
+    """nbgrader reported a failure; the message carries its log."""
+
+
+@contextmanager
+def temporary_course(source_dir: Path, db_url: str | None = None) -> Iterator[NbGraderAPI]:
+    """An nbgrader API on a temporary course root whose source/ is ``source_dir``."""
+    with tempfile.TemporaryDirectory(prefix="attention-course-") as tmp:
+        root = Path(tmp)
+        (root / "source").symlink_to(Path(source_dir).resolve(), target_is_directory=True)
+        config = Config()
+        config.CourseDirectory.root = str(root)
+        config.CourseDirectory.db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+        config.Application.log_level = logging.ERROR
+        coursedir = CourseDirectory(config=config)
+        yield NbGraderAPI(coursedir=coursedir, config=config)
+
+
+def generate_assignment(api: NbGraderAPI, assignment: str) -> Path:
+    """Run nbgrader's generate_assignment; return the folder holding the released files.
+
+    This also records the assignment's notebooks and grade cells in the API's gradebook.
+    """
+    result = api.generate_assignment(assignment, force=True, create=True)
+    if not result["success"]:
+        raise NbgraderError(f"nbgrader generate_assignment {assignment} failed:\n{result['log']}")
+    return Path(api.coursedir.format_path(api.coursedir.release_directory, ".", assignment))
