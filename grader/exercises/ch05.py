@@ -462,8 +462,9 @@ def decoder_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list
         B, h, n_tgt, n_src = expected["cross_weights"].shape
         if weights.shape == (B, h, n_tgt, n_tgt) and n_tgt != n_src:
             return [
-                "cross_weights is (B, h, n_tgt, n_tgt): return the cross-attention weights, "
-                "whose keys come from memory, (B, h, n_tgt, n_src)."
+                "cross_weights is (B, h, n_tgt, n_tgt): the cross-attention seems to take its "
+                "keys and values from y instead of memory (the encoder output); its weights "
+                "are (B, h, n_tgt, n_src)."
             ]
     return []
 

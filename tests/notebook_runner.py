@@ -1,0 +1,74 @@
+"""Run a source notebook's cells in this process, with solution cells swapped for other code.
+
+Used by the bug zoo and the notebook tests: fast (no kernel, no fork), and each run gets a
+fresh namespace. Global state a setup cell changes (torch's default dtype) is restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import nbformat
+import torch
+from nbformat import NotebookNode
+
+from grader.paths import CHAPTERS, SOLUTIONS
+
+
+def source_notebook(assignment: str) -> NotebookNode:
+    return nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def learner_notebook(assignment: str) -> NotebookNode:
+    return nbformat.read(CHAPTERS / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def grade_id(cell: NotebookNode) -> str | None:
+    meta = cell.metadata.get("nbgrader")
+    return meta.get("grade_id") if meta else None
+
+
+def is_test_cell(cell: NotebookNode) -> bool:
+    meta = cell.metadata.get("nbgrader")
+    return bool(meta and meta.get("grade") and not meta.get("solution"))
+
+
+def run_cells(nb: NotebookNode, replace: dict[str, str] | None = None) -> dict[str, str]:
+    """Execute every code cell; return {test grade_id: "" if it passed, else its error}.
+
+    A test cell also fails if it wrote to stderr (nbgrader scores that 0).
+    """
+    replace = replace or {}
+    namespace: dict = {"__name__": "__main__"}
+    outcome: dict[str, str] = {}
+    dtype = torch.get_default_dtype()
+    try:
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            source = replace.get(grade_id(cell) or "", cell.source)
+            stderr = io.StringIO()
+            error = ""
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    exec(compile(source, f"<cell {grade_id(cell)}>", "exec"), namespace)
+                except Exception as exc:  # noqa: BLE001 - we report every failure
+                    error = f"{type(exc).__name__}: {exc}"
+            if is_test_cell(cell):
+                if not error and stderr.getvalue():
+                    error = "wrote to stderr: " + stderr.getvalue()
+                outcome[grade_id(cell)] = error
+    finally:
+        torch.set_default_dtype(dtype)
+    return outcome
+
+
+def exercise_of(test_id: str) -> str:
+    name = test_id.removeprefix("test_")
+    return name.split("__", 1)[0]
+
+
+def assignments() -> list[str]:
+    return sorted(p.parent.name for p in Path(SOLUTIONS).glob("*/*.ipynb") if p.stem == p.parent.name)
