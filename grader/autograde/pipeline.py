@@ -227,7 +227,12 @@ def _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, work
         for n, (sub, fingerprint) in enumerate(todo):
             result = _new_result(sub, fingerprint, sources[sub.assignment])
             results[sub.key] = result
-            jobs = _prepare(sub, sources[sub.assignment], db_url, work / f"s{n}", result)
+            try:
+                jobs = _prepare(sub, sources[sub.assignment], db_url, work / f"s{n}", result)
+            except Exception as exc:  # one odd submission must not stop the class
+                result["status"] = "invalid"
+                result["message"] = f"could not be prepared: {type(exc).__name__}: {exc}"
+                jobs = []
             if not jobs:
                 _finish(sub, result, [], gradebook, db_url, out, summary)
                 bar.update(1)
@@ -250,8 +255,17 @@ def _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, work
                 job.finished = finished  # type: ignore[attr-defined]
                 if all(hasattr(j, "finished") for j in jobs):
                     sub = jobs[0].submission
-                    _finish(sub, results[sub_key], jobs, gradebook, db_url, out, summary,
-                            sources[sub.assignment])
+                    try:
+                        _finish(sub, results[sub_key], jobs, gradebook, db_url, out, summary,
+                                sources[sub.assignment])
+                    except Exception as exc:  # a grader bug on one submission: say so, go on
+                        gradebook.db.rollback()
+                        res = results[sub_key]
+                        res.update(status="crashed", tests=[], score=0.0,
+                                   message=f"the grader failed on this submission: "
+                                   f"{type(exc).__name__}: {exc}")
+                        reports.write_results(out, res)
+                        summary.crashes += 1
                     shutil.rmtree(jobs[0].tmp.parent, ignore_errors=True)
                     bar.update(1)
     finally:

@@ -53,14 +53,18 @@ def sanitize(
         "nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook,
                      "student": student}
     }
+    for preprocessor in (ClearOutput(), DeduplicateIds()):
+        nb, resources = preprocessor.preprocess(nb, resources)
+    for cell in nb.cells:  # DeduplicateIds leaves {} on the copies it drops: "old format"
+        if cell.get("metadata", {}).get("nbgrader", None) == {}:
+            del cell["metadata"]["nbgrader"]
     for preprocessor in (
-        ClearOutput(),
-        DeduplicateIds(),
         OverwriteKernelspec(),
         OverwriteCells(add_missing_cells=True),
         CheckCellMetadata(),
     ):
         nb, resources = preprocessor.preprocess(nb, resources)
+    nb = nbformat.from_dict(nb)  # cells nbgrader added back are plain dicts
     result = Sanitized(nb, notes)
     for cell in nb.cells:
         if cell.cell_type == "code" and utils.is_solution(cell) and not utils.is_grade(cell):

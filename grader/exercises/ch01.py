@@ -225,8 +225,10 @@ EXERCISES = [
         reference=lambda i: {"h": rnn_step(i["x_t"], i["h_prev"], i["W_xh"], i["W_hh"], i["b"])},
         bugs=STEP_BUGS,
         hints=state_range_hint,
-        describe=lambda p: _shape_text(p, ("batch", "d_in", "d_h"), STEP_DEFAULTS)
-        + (f", inputs scaled by {p['input_scale']:g}" if "input_scale" in p else ""),
+        describe=lambda p: (
+            _shape_text(p, ("batch", "d_in", "d_h"), STEP_DEFAULTS)
+            + (f", inputs scaled by {p['input_scale']:g}" if "input_scale" in p else "")
+        ),
     ),
     Exercise(
         name="rnn_forward",
@@ -244,8 +246,10 @@ EXERCISES = [
         reference=lambda i: {"norms": jacobian_norms(i["H"], i["W_hh"])},
         bugs=JACOBIAN_BUGS,
         hints=jacobian_hints,
-        describe=lambda p: "the states of a random RNN with "
-        + _shape_text(p, tuple(JACOBIAN_DEFAULTS), JACOBIAN_DEFAULTS),
+        describe=lambda p: (
+            "the states of a random RNN with "
+            + _shape_text(p, tuple(JACOBIAN_DEFAULTS), JACOBIAN_DEFAULTS)
+        ),
         atol=1e-9,
     ),
 ]

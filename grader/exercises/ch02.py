@@ -23,24 +23,26 @@ def _scaled_text(params: dict[str, Any], key: str = "logit_scale", what: str = "
     return f", {what} scaled by {scale:g}" if scale != 1.0 else ""
 
 
-def nan_hint(got: Arrays, key: str) -> list[str]:
+def nan_hint(got: Arrays, key: str, what: str) -> list[str]:
     """NaN or inf in a softmax output: exp overflowed (inf / inf) or underflowed (0 / 0)."""
     value = got.get(key)
     if value is not None and not np.isfinite(value).all():
         return [
-            "NaN or inf in the weights means exp() overflowed (inf / inf) or every exp() "
+            f"NaN or inf in {what} means exp() overflowed (inf / inf) or every exp() "
             "underflowed to 0 (0 / 0): subtract the maximum along the axis before exponentiating."
         ]
     return []
 
 
-def sums_hint(got: Arrays, key: str, expected_shape: tuple[int, ...], axis: int = -1) -> list[str]:
+def sums_hint(
+    got: Arrays, key: str, what: str, expected_shape: tuple[int, ...], axis: int = -1
+) -> list[str]:
     """Softmax weights must sum to 1 along ``axis``."""
     value = got.get(key)
     if value is None or value.shape != expected_shape or not np.isfinite(value).all():
         return []
     if not np.allclose(value.sum(axis=axis), 1.0, atol=1e-6):
-        return [f"The {key} should sum to 1 along axis {axis}; yours do not."]
+        return [f"{what} should sum to 1 along axis {axis}; yours do not."]
     return []
 
 
@@ -100,7 +102,7 @@ def make_softmax_inputs(
 
 
 def call_softmax(fn: Any, i: dict[str, Any]) -> Arrays:
-    """Pass ``axis`` only when it is not the default, so a missing default shows as its own error."""
+    """Pass ``axis`` only when it is not -1, so that a missing default shows as its own error."""
     if i["axis"] == -1:
         return {"p": fn(i["z"])}
     return {"p": fn(i["z"], axis=i["axis"])}
@@ -127,9 +129,7 @@ SOFTMAX_BUGS = {
     "the softmax was taken over the last axis whatever `axis` says": lambda i: {
         "p": softmax(i["z"], axis=-1)
     },
-    "the softmax was taken over axis 0 instead of `axis`": lambda i: {
-        "p": softmax(i["z"], axis=0)
-    },
+    "the softmax was taken over axis 0 instead of `axis`": lambda i: {"p": softmax(i["z"], axis=0)},
     "the exponentials were divided by their sum over the whole array, not along `axis`": (
         lambda i: {"p": np.exp(i["z"] - i["z"].max()) / np.exp(i["z"] - i["z"].max()).sum()}
     ),
@@ -140,7 +140,10 @@ SOFTMAX_BUGS = {
 
 
 def softmax_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    return nan_hint(got, "p") or sums_hint(got, "p", expected["p"].shape, inputs["axis"])
+    what = "the softmax output"
+    return nan_hint(got, "p", what) or sums_hint(
+        got, "p", what.capitalize(), expected["p"].shape, inputs["axis"]
+    )
 
 
 # ---------------------------------------------------------------- attend
@@ -157,8 +160,8 @@ ATTEND_BUGS = {
     "the weights were not normalised: exp(scores) must be divided by its sum (a softmax)": (
         lambda i: _weights_to_attend(i, np.exp(dot_scores(i["q"], i["K"])))
     ),
-    "the raw scores were used as weights (the softmax is missing)": lambda i: (
-        _weights_to_attend(i, dot_scores(i["q"], i["K"]))
+    "the raw scores were used as weights (the softmax is missing)": lambda i: _weights_to_attend(
+        i, dot_scores(i["q"], i["K"])
     ),
     "only the best-matching value was returned (an argmax); attention averages all values "
     "with the softmax weights": lambda i: {
@@ -174,7 +177,9 @@ def call_attend(fn: Any, i: dict[str, Any]) -> Arrays:
 
 
 def attend_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    hints = nan_hint(got, "weights") or sums_hint(got, "weights", expected["weights"].shape)
+    hints = nan_hint(got, "weights", "the weights") or sums_hint(
+        got, "weights", "The weights", expected["weights"].shape
+    )
     context = got.get("context")
     d, d_v = inputs["K"].shape[1], inputs["V"].shape[1]
     if context is not None and context.shape == (d,) and d != d_v:
@@ -202,10 +207,10 @@ def _qkv(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> Arrays:
 
 
 PROJECTION_BUGS = {
-    "the queries and keys were swapped (Q = X W_q, K = X W_k)": lambda i: _qkv(
+    "the queries and keys were swapped (it should be Q = X W_q and K = X W_k)": lambda i: _qkv(
         i["X"] @ i["W_k"], i["X"] @ i["W_q"], i["X"] @ i["W_v"]
     ),
-    "W_q was used for the keys too (K = X W_k)": lambda i: _qkv(
+    "W_q was used for the keys too (it should be K = X W_k)": lambda i: _qkv(
         i["X"] @ i["W_q"], i["X"] @ i["W_q"], i["X"] @ i["W_v"]
     ),
 }
@@ -270,7 +275,9 @@ def call_attention(fn: Any, i: dict[str, Any]) -> Arrays:
 
 
 def attention_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    return nan_hint(got, "weights") or sums_hint(got, "weights", expected["weights"].shape)
+    return nan_hint(got, "weights", "the weights") or sums_hint(
+        got, "weights", "Each query's weights", expected["weights"].shape
+    )
 
 
 def _attend_reference(i: dict[str, Any]) -> Arrays:

@@ -26,6 +26,7 @@ from grader.exercises.ch04 import (
     tensor,
 )
 from grader.exercises.spec import Arrays, Exercise, unpack
+from grader.reference.multi_head import torch_attn_mask
 from grader.reference.transformer import (
     DecoderLayer,
     EncoderLayer,
@@ -41,8 +42,16 @@ from grader.reference.transformer import (
 FLOAT_MASK = "a float mask: build it with dtype=torch.bool (True = may attend)"
 
 
+def as_array(mask: Any) -> Any:
+    """A learner's mask tensor as a NumPy array that keeps its dtype, so that a float mask is
+    told apart from a bool one (spec.to_numpy turns every tensor into float64)."""
+    if isinstance(mask, torch.Tensor):
+        return mask.detach().cpu().numpy()
+    return mask
+
+
 def _mask_bug(fn):
-    return lambda inputs: {"mask": fn(inputs)}
+    return lambda inputs: {"mask": as_array(fn(inputs))}
 
 
 CAUSAL_BUGS = {
@@ -255,15 +264,26 @@ def call_decoder(cls: Any, inputs: dict[str, Any]) -> Arrays:
     return {"output": out, "cross_weights": cross_weights, **grads}
 
 
-def _inverted(mask: np.ndarray | None) -> torch.Tensor | None:
-    return None if mask is None else ~torch.from_numpy(mask)
+def torch_mask(our_mask: torch.Tensor | None, inputs: dict[str, Any], n_q: int, n_k: int):
+    """Our mask (True = may attend, broadcastable to (B, h, n_q, n_k)) as a boolean attention
+    mask for torch's layers, (B * h, n_q, n_k) with True = ignore.
+
+    Padding goes in through this attention mask rather than torch's ``*_key_padding_mask``
+    arguments, which compute the same thing but whose first call imports sympy (a second or
+    two of a test cell's time). tests/test_ch05_reference.py covers the key padding path.
+    """
+    if our_mask is None:
+        return None
+    B, h = inputs["G"].shape[0], inputs["args"][1]
+    return torch_attn_mask(our_mask, B, h, n_q, n_k)
 
 
 def torch_encoder_reference(inputs: dict[str, Any]) -> Arrays:
     """Output and input gradient of nn.TransformerEncoderLayer with the same weights."""
     theirs = to_torch_encoder_layer(build_encoder(EncoderLayer, inputs))
     x = tensor(inputs["x"], grad=True)
-    out = theirs(x, src_key_padding_mask=_inverted(inputs["pad_mask"]))
+    n = x.shape[1]
+    out = theirs(x, src_mask=torch_mask(key_padding(tensor(inputs["pad_mask"])), inputs, n, n))
     return {"output": out, **backward(out, inputs["G"], {"x": x}, "nn.TransformerEncoderLayer")}
 
 
@@ -271,11 +291,15 @@ def torch_decoder_reference(inputs: dict[str, Any]) -> Arrays:
     """Output and input gradients of nn.TransformerDecoderLayer with the same weights."""
     theirs = to_torch_decoder_layer(build_decoder(DecoderLayer, inputs))
     tensors = {"y": tensor(inputs["y"], grad=True), "memory": tensor(inputs["memory"], grad=True)}
+    n_tgt, n_src = inputs["y"].shape[1], inputs["memory"].shape[1]
+    self_mask = causal_mask(n_tgt)  # (n_tgt, n_tgt)
+    if inputs["tgt_pad_mask"] is not None:
+        self_mask = self_mask & key_padding(tensor(inputs["tgt_pad_mask"]))
+    memory_mask = key_padding(tensor(inputs["memory_pad_mask"]))
     out = theirs(
         *tensors.values(),
-        tgt_mask=~causal_mask(inputs["y"].shape[1]),
-        tgt_key_padding_mask=_inverted(inputs["tgt_pad_mask"]),
-        memory_key_padding_mask=_inverted(inputs["memory_pad_mask"]),
+        tgt_mask=torch_mask(self_mask, inputs, n_tgt, n_tgt),
+        memory_mask=torch_mask(memory_mask, inputs, n_tgt, n_src),
     )
     return {"output": out, **backward(out, inputs["G"], tensors, "nn.TransformerDecoderLayer")}
 
@@ -425,6 +449,10 @@ ENCODER_BUGS = {
     "the padding mask was not passed to self-attention": lambda i: (
         encoder_variant(i, attn_mask="none") if i["pad_mask"] is not None else {}
     ),
+    "a padding mask reshaped to (B, 1, n, 1), which hides padded queries instead of padded "
+    "keys; use pad_mask[:, None, None, :]": lambda i: (
+        encoder_variant(i, attn_mask="queries") if i["pad_mask"] is not None else {}
+    ),
 }
 
 DECODER_BUGS = {
@@ -473,16 +501,16 @@ EXERCISES = [
     Exercise(
         name="causal_mask",
         make_inputs=lambda rng, n=5: {"n": n},
-        call=lambda fn, i: {"mask": fn(i["n"])},
-        reference=lambda i: {"mask": causal_mask(i["n"])},
+        call=lambda fn, i: {"mask": as_array(fn(i["n"]))},
+        reference=lambda i: {"mask": as_array(causal_mask(i["n"]))},
         bugs=CAUSAL_BUGS,
         describe=lambda p: f"n={p.get('n', 5)}",
     ),
     Exercise(
         name="padding_mask",
         make_inputs=make_padding_inputs,
-        call=lambda fn, i: {"mask": fn(torch.from_numpy(i["lengths"]), i["max_len"])},
-        reference=lambda i: {"mask": _padding(i)},
+        call=lambda fn, i: {"mask": as_array(fn(torch.from_numpy(i["lengths"]), i["max_len"]))},
+        reference=lambda i: {"mask": as_array(_padding(i))},
         bugs=PADDING_BUGS,
         hints=padding_hints,
         describe=lambda p: (

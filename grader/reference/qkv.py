@@ -104,7 +104,7 @@ class ToySentence:
 
 
 def pronoun_example(adjective: str = "wide", strength: float = 2.0) -> ToySentence:
-    """"The tired cat did not cross the street because it was too <adjective>", by hand.
+    """The sentence "The tired cat ... because it was too <adjective>", embedded by hand.
 
     Every token is a vector over :data:`TOKEN_FEATURES`; words that matter for the example
     (cat, street, it, tired, wide) have a 1 in their coordinates, the others are all zero.

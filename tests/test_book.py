@@ -1,0 +1,322 @@
+"""The built book: a clean, warning-free build that shows everything and leaks nothing.
+
+One session-scoped fixture runs ``jupyter-book build --all -W --keep-going`` on the checkout
+with ``--path-output`` in a temporary folder (so the build starts from nothing, as CI's does,
+and the developer's own ``_build`` is left alone). The tests then read the HTML it wrote.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")  # installed with jupyter-book
+
+pytestmark = [pytest.mark.book, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# ipykernel logs this to the terminal whenever a kernel starts over TCP (it always does under
+# nbclient); it is the kernel's own log line, not a Sphinx warning, and -W does not see it.
+KERNEL_TRANSPORT_NOTICE = "[IPKernelApp] WARNING | Kernel is running over TCP without encryption"
+SOLUTION_MARKERS = (
+    "### BEGIN SOLUTION",
+    "### END SOLUTION",
+    "### BEGIN HIDDEN TESTS",
+    "### END HIDDEN TESTS",
+    "BEGIN SOLUTION",
+    "BEGIN HIDDEN TESTS",
+)
+TEXT_SUFFIXES = {".html", ".htm", ".txt", ".md", ".ipynb", ".js", ".json", ".py", ".inv"}
+
+
+def jupyter_book_command() -> list[str]:
+    beside_python = Path(sys.executable).with_name("jupyter-book")
+    if beside_python.exists():
+        return [str(beside_python)]
+    found = shutil.which("jupyter-book")
+    if found is None:
+        pytest.skip("jupyter-book is not installed (pip install -e '.[book]')")
+    return [found]
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> Path:
+    """Build the whole book once, from scratch; return the folder holding ``index.html``."""
+    out = tmp_path_factory.mktemp("book")
+    command = jupyter_book_command() + [
+        "build",
+        "--all",
+        "-W",
+        "--keep-going",
+        "--path-output",
+        str(out),
+        str(ROOT),
+    ]
+    started = time.perf_counter()
+    result = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False
+    )
+    elapsed = time.perf_counter() - started
+    log = result.stdout + result.stderr
+    (out / "build.log").write_text(log, encoding="utf-8")
+    assert result.returncode == 0, (
+        f"jupyter-book build failed after {elapsed:.0f} s:\n{log[-6000:]}"
+    )
+    warnings = [
+        line
+        for line in log.splitlines()
+        if "WARNING" in line and KERNEL_TRANSPORT_NOTICE not in line
+    ]
+    assert not warnings, "the book built with warnings:\n" + "\n".join(warnings)
+    html_dir = out / "_build" / "html"
+    assert (html_dir / "index.html").exists(), f"no index.html in {html_dir}"
+    print(f"book built in {elapsed:.1f} s")
+    return html_dir
+
+
+# --- what the toc promises -------------------------------------------------------------
+
+
+def toc_files() -> list[str]:
+    """Every page listed in _toc.yml, root included, as a path without suffix."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(str(node["file"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk({k: v for k, v in toc.items() if k != "root"})
+    return [re.sub(r"\.(md|ipynb)$", "", f) for f in files]
+
+
+def exercise_pages() -> list[str]:
+    """Toc entries that are a chapter's exercise notebook: chapters/<a>/<a>."""
+    return [f for f in toc_files() if re.fullmatch(r"chapters/([^/]+)/\1", f)]
+
+
+def chapter_pages(assignment: str) -> list[str]:
+    return [f for f in toc_files() if f.startswith(f"chapters/{assignment}/")]
+
+
+def test_toc_lists_the_core_pages():
+    files = toc_files()
+    assert files[0] == "intro"
+    assert "notation" in files
+    assert "chapters/03_scaled_dot_product/03_scaled_dot_product" in files
+
+
+def test_every_toc_page_has_an_html_file(built_book):
+    missing = [f for f in toc_files() if not (built_book / f"{f}.html").exists()]
+    assert not missing, f"pages in _toc.yml without HTML: {missing}"
+
+
+# --- no solution anywhere --------------------------------------------------------------
+
+
+def cell_sources(notebook: Path) -> list[str]:
+    data = json.loads(notebook.read_text(encoding="utf-8"))
+    return [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in data["cells"]
+    ]
+
+
+def marked_blocks(source: str) -> list[str]:
+    """Lines between BEGIN SOLUTION / END SOLUTION and BEGIN / END HIDDEN TESTS markers."""
+    lines, inside = [], False
+    for line in source.splitlines():
+        if re.search(r"### BEGIN (SOLUTION|HIDDEN TESTS)", line):
+            inside = True
+        elif re.search(r"### END (SOLUTION|HIDDEN TESTS)", line):
+            inside = False
+        elif inside:
+            lines.append(line)
+    return lines
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def is_telling(line: str) -> bool:
+    """Whether a solution line says enough to be a leak (not `else:` or an import)."""
+    code = normalise(re.sub(r"\s+#.*$", "", line))
+    if len(code) < 12 or code.startswith("#"):
+        return False
+    if re.match(r"^(import|from)\s", code):
+        return False
+    if re.fullmatch(r"(if|elif|else|for|while|try|except|with|def|class)\b.*:", code):
+        return False
+    return True
+
+
+def secret_lines() -> dict[str, set[str]]:
+    """For each assignment: telling solution/hidden-test lines absent from its release."""
+    secrets: dict[str, set[str]] = {}
+    for source in sorted(ROOT.glob("solutions/*/*.ipynb")):
+        assignment = source.parent.name
+        released = ROOT / "chapters" / assignment / source.name
+        public = (
+            {normalise(line) for s in cell_sources(released) for line in s.splitlines()}
+            if released.exists()
+            else set()
+        )
+        lines = {
+            normalise(re.sub(r"\s+#.*$", "", line))
+            for cell in cell_sources(source)
+            for line in marked_blocks(cell)
+            if is_telling(line)
+        }
+        secrets[assignment] = {line for line in lines if line not in public}
+    return secrets
+
+
+def readable_text(path: Path) -> str:
+    """A built file as a reader would see it: tags dropped, entities decoded, cells joined."""
+    raw = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".ipynb":
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            return normalise(raw)
+        parts = []
+        for cell in data.get("cells", []):
+            parts.append("".join(cell.get("source", "")))
+            for output in cell.get("outputs", []):
+                parts.append("".join(output.get("text", "")))
+        return normalise("\n".join(parts))
+    if path.suffix in {".html", ".htm"}:
+        without_tags = re.sub(r"<[^>]+>", "", raw)
+        return normalise(html.unescape(without_tags))
+    return normalise(raw)
+
+
+def built_texts(html_dir: Path) -> dict[Path, tuple[str, str]]:
+    texts = {}
+    for path in html_dir.rglob("*"):
+        if path.is_file() and path.suffix in TEXT_SUFFIXES:
+            raw = path.read_text(encoding="utf-8", errors="replace")
+            texts[path] = (raw, readable_text(path))
+    return texts
+
+
+def test_the_secret_line_finder_sees_a_leak(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text(
+        '<pre><span class="n">scores</span> <span class="o">=</span> '
+        '<span class="n">Q</span> <span class="o">@</span> <span class="n">K</span>'
+        '<span class="o">.</span><span class="n">T</span></pre>',
+        encoding="utf-8",
+    )
+    assert "scores = Q @ K.T" in readable_text(page)
+    assert is_telling("    scores = Q @ K.T / math.sqrt(d_k)  # (n_q, n_k)")
+    assert not is_telling("    else:")
+    assert not is_telling("    import numpy as np")
+
+
+def test_no_solution_marker_in_the_book(built_book):
+    hits = []
+    for path, (raw, text) in built_texts(built_book).items():
+        for marker in SOLUTION_MARKERS:
+            if marker in raw or marker in text:
+                hits.append(f"{path.relative_to(built_book)}: {marker!r}")
+    assert not hits, "solution markers found in the built book:\n" + "\n".join(hits)
+
+
+def test_no_solution_line_in_the_book(built_book):
+    secrets = secret_lines()
+    if not secrets:
+        pytest.skip("no solutions/*/*.ipynb in this checkout")
+    assert any(secrets.values()), "found no solution lines to look for: is the parser broken?"
+    texts = built_texts(built_book)
+    leaks = []
+    for assignment, lines in secrets.items():
+        for line in sorted(lines):
+            for path, (_, text) in texts.items():
+                if line in text:
+                    leaks.append(f"{assignment}: {line!r} in {path.relative_to(built_book)}")
+    assert not leaks, "solution lines found in the built book:\n" + "\n".join(leaks)
+
+
+# --- the exercise pages: downloadable, launchable --------------------------------------
+
+
+@pytest.mark.parametrize("page", exercise_pages())
+def test_exercise_page_offers_the_notebook_for_download(built_book, page):
+    name = Path(page).name + ".ipynb"
+    page_html = built_book / f"{page}.html"
+    text = page_html.read_text(encoding="utf-8")
+    links = re.findall(r'href="([^"]*' + re.escape(name) + r')"', text)
+    local = [link for link in links if not link.startswith("http")]
+    assert local, f"{page_html.name} has no download link to {name}"
+    for link in local:
+        target = (page_html.parent / link).resolve()
+        assert target.exists(), f"download link {link} points to a missing file"
+        released = json.loads(target.read_text(encoding="utf-8"))
+        assert released["cells"], f"{link} is an empty notebook"
+    launch = [
+        link
+        for link in links
+        if link.startswith(("https://mybinder.org", "https://colab.research.google.com"))
+    ]
+    assert launch, f"{page_html.name} has no Binder or Colab launch button"
+
+
+def test_exercise_notebooks_are_shown_not_executed(built_book):
+    for page in exercise_pages():
+        text = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        assert "NotImplementedError" in text  # the stub is shown...
+        assert "Traceback" not in text  # ...but was never run
+
+
+# --- math and figures --------------------------------------------------------------------
+
+
+def test_math_is_typeset_with_mathjax(built_book):
+    for page in ["intro", "notation", *chapter_pages("03_scaled_dot_product")]:
+        text = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        assert re.search(r"<script[^>]+mathjax", text, re.I), f"{page}: no MathJax script"
+    formula_page = built_book / "chapters/03_scaled_dot_product/scaled_dot_product_attention.html"
+    text = formula_page.read_text(encoding="utf-8")
+    assert 'class="math notranslate nohighlight"' in text
+    assert r"\sqrt{d_k}" in text
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for p in chapter_pages("03_scaled_dot_product") if not p.endswith("03_scaled_dot_product")],
+)
+def test_chapter_3_pages_show_figures(built_book, page):
+    page_html = built_book / f"{page}.html"
+    sources = re.findall(r'<img[^>]+src="([^"]+\.png)"', page_html.read_text(encoding="utf-8"))
+    assert sources, f"{page_html.name} has no figure"
+    for src in sources:
+        image = (page_html.parent / src).resolve()
+        assert image.exists() and image.stat().st_size > 5_000, f"{src} missing or empty"
+
+
+def test_every_chapter_has_objectives_and_a_summary(built_book):
+    chapters = sorted({f.split("/")[1] for f in toc_files() if f.startswith("chapters/")})
+    for assignment in chapters:
+        texts = " ".join(
+            (built_book / f"{p}.html").read_text(encoding="utf-8")
+            for p in chapter_pages(assignment)
+        )
+        assert "Learning objectives" in texts, f"{assignment}: no learning objectives"
+        assert re.search(r">\s*Summary", texts), f"{assignment}: no summary"

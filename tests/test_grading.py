@@ -1,0 +1,290 @@
+"""The autograder end to end on chapter 3: honest, broken and hostile submissions.
+
+One autograde run grades a whole class of crafted submissions (that is how the grader is
+used, and it keeps the suite fast); each test then reads what that run wrote.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.paths import SOLUTIONS
+from tests.notebook_runner import grade_id, learner_notebook, source_notebook
+
+pytestmark = [pytest.mark.grading, pytest.mark.ch03, pytest.mark.xdist_group("grading")]
+
+A = "03_scaled_dot_product"
+FULL = 10.0
+
+
+def _solution_cells_only(nb):
+    """The source with hidden tests stripped, as a learner who solved everything hands it in."""
+    learner = learner_notebook(A)
+    solved = {grade_id(c): c.source for c in source_notebook(A).cells
+              if c.metadata.get("nbgrader", {}).get("solution")}
+    for cell in learner.cells:
+        if grade_id(cell) in solved:
+            cell.source = solved[grade_id(cell)]
+    return learner
+
+
+def _with(nb, exercise: str, code: str):
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if grade_id(cell) == exercise:
+            cell.source = code
+    return nb
+
+
+def _submissions() -> dict[str, object]:
+    solved = _solution_cells_only(None)
+    stub = learner_notebook(A)
+    subs: dict[str, object] = {
+        "correct": solved,
+        "stub": stub,
+        "partial": _with(solved, "softmax_jacobian",
+                         "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"),
+        "warns": _with(solved, "scaled_dot_product_attention", solved.cells[
+            [grade_id(c) for c in solved.cells].index("scaled_dot_product_attention")
+        ].source.replace("    d_k = Q.shape[-1]",
+                         "    import warnings\n    warnings.warn('my own warning')\n"
+                         "    d_k = Q.shape[-1]", 1)),
+        "infinite_loop": _with(solved, "softmax_jacobian", "while True:\n    pass\n"),
+        "memory_hog": _with(solved, "softmax_jacobian",
+                            "hog = []\nwhile True:\n    hog.append(bytearray(10**8))\n"),
+        "os_exit": _with(solved, "softmax_jacobian", "import os\nos._exit(3)\n"),
+        "segfault": _with(solved, "softmax_jacobian",
+                          "import ctypes\nctypes.string_at(0)\n"),
+        "lingering_child": _with(solved, "softmax_jacobian", (
+            "import subprocess\nsubprocess.Popen(['sleep', '1000'])\n"
+            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
+        "huge_output": _with(solved, "softmax_jacobian", (
+            "print('x' * 5_000_000)\n"
+            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
+        "monkeypatch": _with(stub, "softmax_jacobian", (
+            "import numpy as np, torch, grader.checks as gc\n"
+            "gc.judge = lambda *a, **k: ''\n"
+            "gc.check = lambda *a, **k: None\n"
+            "check = gc.check\n"
+            "np.allclose = lambda *a, **k: True\n"
+            "def check_close(*a, **k):\n    return None\n"
+            "def softmax_jacobian(p):\n    return np.zeros((len(p), len(p)))\n")),
+        "uses_reference": _with(solved, "softmax_jacobian", (
+            "from grader.reference import softmax_jacobian\n")),
+    }
+    edited = nbformat.from_dict(solved)
+    deleted = nbformat.from_dict(solved)
+    duplicated = nbformat.from_dict(solved)
+    retyped = nbformat.from_dict(stub)
+    for cell in edited.cells:
+        if grade_id(cell) == "test_softmax_jacobian":
+            cell.source = "pass\n"
+    deleted.cells = [c for c in deleted.cells if grade_id(c) != "test_softmax_jacobian"]
+    copy = next(c for c in duplicated.cells if grade_id(c) == "test_softmax_jacobian")
+    duplicated.cells.insert(3, nbformat.from_dict(copy))
+    for cell in retyped.cells:
+        if grade_id(cell) == "test_softmax_jacobian":
+            cell.cell_type = "markdown"
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+    stub_edited = nbformat.from_dict(stub)
+    for cell in stub_edited.cells:
+        if grade_id(cell) == "test_softmax_jacobian":
+            cell.source = "pass\n"
+    subs.update(edited_tests=edited, deleted_tests=deleted, duplicated_ids=duplicated,
+                retyped_test_cell=retyped, stub_edited_tests=stub_edited)
+    return subs
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("class")
+    submitted = root / "submitted"
+    for student, nb in _submissions().items():
+        folder = submitted / student / A
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{A}.ipynb")
+    for student, content in {"not_json": "{this is not json", "empty": ""}.items():
+        folder = submitted / student / A
+        folder.mkdir(parents=True)
+        (folder / f"{A}.ipynb").write_text(content)
+    (submitted / "no_notebook" / A).mkdir(parents=True)
+    (submitted / "no_notebook" / A / "notes.txt").write_text("I forgot")
+    (submitted / "renamed" / A).mkdir(parents=True)
+    shutil.copyfile(submitted / "correct" / A / f"{A}.ipynb",
+                    submitted / "renamed" / A / "my work (1).ipynb")
+    out = root / "out"
+    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
+               "--timeout", "20", "--workers", "2", "--quiet"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    return {"root": root, "submitted": submitted, "out": out, "command": command,
+            "stdout": run.stdout}
+
+
+def result(graded, student) -> dict:
+    return json.loads((graded["out"] / student / A / "results.json").read_text())
+
+
+def by_id(res) -> dict[str, dict]:
+    return {t["grade_id"]: t for t in res["tests"]}
+
+
+def test_every_submission_has_a_row_and_results(graded):
+    with open(graded["out"] / "grades.csv", newline="") as handle:
+        rows = {r["student_id"]: r for r in csv.DictReader(handle)}
+    students = {p.name for p in graded["submitted"].iterdir()}
+    assert set(rows) == students
+    for student in students:
+        assert (graded["out"] / student / A / "results.json").exists()
+        assert (graded["out"] / student / A / "feedback.html").exists()
+    assert "test_softmax_jacobian" in rows["correct"]
+
+
+def test_solution_gets_full_marks_and_stub_zero(graded):
+    assert result(graded, "correct")["score"] == FULL
+    assert result(graded, "correct")["status"] == "graded"
+    stub = result(graded, "stub")
+    assert stub["score"] == 0 and stub["max_score"] == FULL and stub["status"] == "graded"
+    assert all("not implemented" in t["message"] for t in stub["tests"])
+
+
+def test_partial_and_warning_submissions(graded):
+    partial = by_id(result(graded, "partial"))
+    assert partial["test_softmax_jacobian"]["points"] == 0
+    assert "sign is flipped" in partial["test_softmax_jacobian"]["message"]
+    assert result(graded, "partial")["score"] == FULL - 2
+    # The checks catch warnings the learner's code raises inside them; a warning raised in a
+    # test cell's visible example reaches stderr, which nbgrader scores 0: we score it alike
+    # and say why.
+    warns = result(graded, "warns")
+    assert warns["score"] == FULL - 4
+    assert all("my own warning" in t["message"] for t in warns["tests"] if t["points"] == 0)
+
+
+@pytest.mark.parametrize("student,status", [
+    ("infinite_loop", "timeout"), ("os_exit", "crashed"), ("segfault", "crashed"),
+])
+def test_runaway_submissions_keep_earlier_points(graded, student, status):
+    res = result(graded, student)
+    assert res["status"] == status, res
+    assert res["message"]
+    tests = by_id(res)
+    assert tests["test_scaled_dot_product_attention"]["points"] == 2  # ran before the crash
+    assert tests["test_softmax_jacobian"]["points"] == 0
+
+
+def test_memory_hog_is_contained(graded):
+    res = result(graded, "memory_hog")
+    assert res["status"] in ("graded", "timeout", "crashed")
+    assert by_id(res)["test_scaled_dot_product_attention"]["points"] == 2
+    assert by_id(res)["test_softmax_jacobian"]["points"] == 0
+
+
+def test_lingering_children_are_killed(graded):
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 1000" not in ps
+    assert result(graded, "lingering_child")["score"] == FULL
+
+
+def test_huge_output_is_cut_not_fatal(graded):
+    assert result(graded, "huge_output")["score"] == FULL
+    autograded = graded["out"] / "autograded" / "huge_output" / A / f"{A}.ipynb"
+    assert autograded.stat().st_size < 2_000_000
+
+
+@pytest.mark.parametrize("student,why", [
+    ("not_json", "not valid notebook JSON"), ("empty", "empty"),
+    ("no_notebook", "no notebook"),
+])
+def test_invalid_submissions(graded, student, why):
+    res = result(graded, student)
+    assert res["status"] == "invalid" and why in res["message"], res
+
+
+def test_notebook_with_another_name_is_graded_with_a_note(graded):
+    res = result(graded, "renamed")
+    assert res["score"] == FULL
+    assert any("another name" in n for n in res["notes"])
+
+
+@pytest.mark.parametrize("student,note", [
+    ("edited_tests", "was edited"), ("deleted_tests", "was deleted"),
+    ("duplicated_ids", "appeared 2 times"), ("retyped_test_cell", "type changed"),
+])
+def test_tampered_test_cells_are_restored(graded, student, note):
+    res = result(graded, student)
+    assert any(note in n for n in res["notes"]), res["notes"]
+    if student != "retyped_test_cell":
+        assert res["score"] == FULL  # restored tests run against a correct solution
+    assert "test_softmax_jacobian" in by_id(res)
+
+
+def test_emptying_tests_of_a_stub_gains_nothing(graded):
+    assert result(graded, "stub_edited_tests")["score"] == 0
+
+
+def test_monkeypatching_the_checks_gains_nothing(graded):
+    res = result(graded, "monkeypatch")
+    assert by_id(res)["test_softmax_jacobian"]["points"] == 0
+    assert res["score"] == 0
+
+
+def test_reference_use_is_flagged_and_scores_zero(graded):
+    res = result(graded, "uses_reference")
+    assert res["flags"] and "reference" in res["flags"][0]
+    assert by_id(res)["test_softmax_jacobian"]["points"] == 0
+    assert res["score"] == FULL - 2
+
+
+def test_gradebook_is_nbgraders(graded):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{graded['out'] / 'gradebook.db'}") as gb:
+        assert gb.find_submission(A, "correct").score == FULL
+        assert gb.find_submission(A, "partial").score == FULL - 2
+    assert (graded["out"] / "autograded" / "correct" / A / f"{A}.ipynb").exists()
+
+
+def test_rerun_is_idempotent_and_regrades_only_changes(graded):
+    before = (graded["out"] / "grades.csv").read_text()
+    stamp = (graded["out"] / "correct" / A / "results.json").stat().st_mtime_ns
+    nb_path = graded["submitted"] / "stub" / A / f"{A}.ipynb"
+    shutil.copyfile(graded["submitted"] / "correct" / A / f"{A}.ipynb", nb_path)
+    run = subprocess.run(graded["command"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "unchanged (kept)" in run.stdout
+    assert (graded["out"] / "correct" / A / "results.json").stat().st_mtime_ns == stamp
+    assert result(graded, "stub")["score"] == FULL
+    after = (graded["out"] / "grades.csv").read_text()
+    assert before.replace('"stub","03_scaled_dot_product",0', "") != after
+
+
+def test_bad_usage_exits_2(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "grader", "autograde", str(tmp_path / "nope"),
+                          "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert run.returncode == 2
+    run = subprocess.run([sys.executable, "-m", "grader", "autograde"], capture_output=True)
+    assert run.returncode == 2
+
+
+def test_check_command_reports_a_half_done_notebook(tmp_path):
+    nb = _with(learner_notebook(A), "scaled_dot_product_attention", next(
+        c.source for c in source_notebook(A).cells if grade_id(c) == "scaled_dot_product_attention"))
+    path = tmp_path / f"{A}.ipynb"
+    nbformat.write(nb, path)
+    run = subprocess.run([sys.executable, "-m", "grader", "check", str(path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert "PASS  test_scaled_dot_product_attention " in run.stdout
+    assert "FAIL  test_softmax_jacobian" in run.stdout
+    assert "not implemented" in run.stdout
+    assert SOLUTIONS.exists()
