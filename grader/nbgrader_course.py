@@ -20,7 +20,6 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
-
 # nbgrader runs the `alembic` script by name when it creates a gradebook: make the scripts of
 # this interpreter's environment findable even when the environment is not activated.
 _scripts = str(Path(sys.executable).parent)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nbgrader import utils
 
+from grader.autograde.judging import describe_error
 from grader.autograde.sandbox import ChildJob, ForkServer, Limits
 from grader.autograde.submissions import read_notebook
 
@@ -62,8 +63,7 @@ def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
         stderr = next((o for o in line["outputs"] if o["output_type"] == "stream"
                        and o["name"] == "stderr"), None)
         if error is not None:
-            message = error["evalue"] if error["ename"] == "AssertionError" else (
-                f"{error['ename']}: {error['evalue']}")
+            message = describe_error(error["ename"], error["evalue"])
             outcomes.append(TestOutcome(grade_id, 0.0, max_points, False, message))
         elif stderr is not None:
             outcomes.append(TestOutcome(grade_id, 0.0, max_points, False,

@@ -64,6 +64,15 @@ def rejudge(expected: list[ExpectedCheck], records: list[dict], record_dir: Path
     return ""
 
 
+def describe_error(ename: str, evalue: str) -> str:
+    """A cell's error in words: an AssertionError is a check's message, the rest are named."""
+    if ename == "AssertionError":
+        return evalue or "an assertion failed"
+    if ename == "NotImplementedError":
+        return "not implemented yet: the solution cell still raises NotImplementedError"
+    return f"{ename}: {evalue}"
+
+
 def _load(record_dir: Path, name: Any) -> dict[str, np.ndarray] | None:
     if not isinstance(name, str) or "/" in name or not name.endswith(".npz"):
         return None

@@ -27,7 +27,7 @@ from nbgrader.api import Gradebook
 from nbgrader.preprocessors import SaveAutoGrades
 
 from grader.autograde import reports
-from grader.autograde.judging import ExpectedCheck, expected_checks, rejudge
+from grader.autograde.judging import ExpectedCheck, describe_error, expected_checks, rejudge
 from grader.autograde.sandbox import ChildJob, Finished, ForkServer, Limits
 from grader.autograde.sanitize import Sanitized, sanitize
 from grader.autograde.submissions import (
@@ -162,7 +162,9 @@ def _prepare_workdir(tmp: Path, source_folder: Path, submission_folder: Path | N
     return workdir
 
 
-def _child_job(key: str, cells: dict[int, NotebookNode], tmp: Path, workdir: Path, limits: Limits) -> ChildJob:
+def _child_job(
+    key: str, cells: dict[int, NotebookNode], tmp: Path, workdir: Path, limits: Limits
+) -> ChildJob:
     (tmp / "records").mkdir(parents=True, exist_ok=True)
     return ChildJob(
         key=key,
@@ -339,7 +341,8 @@ def _finish(sub: Submission, result: dict[str, Any], jobs: list[NotebookJob], gr
         result["message"] = "; ".join(messages)
     elif result["status"] == "graded":
         failed = sum(t["status"] not in ("passed", "needs_manual_grade") for t in result["tests"])
-        result["message"] = f"{failed} of {len(result['tests'])} tests did not pass" if failed else "all tests passed"
+        total = len(result["tests"])
+        result["message"] = f"{failed} of {total} tests did not pass" if failed else "all tests passed"
     _count(summary, result)
     reports.write_results(out, result)
 
@@ -416,7 +419,7 @@ def _score_notebook(job: NotebookJob, finished: Finished,
             verdict = rejudge(expected.get(grade_id, []), line.get("records", []), record_dir)
             if error is not None:
                 status = "failed" if error.ename == "AssertionError" else "error"
-                message = error.evalue if status == "failed" else f"{error.ename}: {error.evalue}"
+                message = describe_error(error.ename, error.evalue)
             elif stderr is not None:
                 status = "failed"
                 message = "the test wrote to stderr (nbgrader scores that 0): " + stderr.text[:500]
