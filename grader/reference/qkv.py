@@ -49,9 +49,7 @@ def project_qkv(
     return X @ W_q, X @ W_k, X @ W_v  # (n, d_k), (n, d_k), (n, d_v)
 
 
-def dot_product_attention(
-    Q: np.ndarray, K: np.ndarray, V: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def dot_product_attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every query at once, unscaled: (softmax(Q K^T) V (n_q, d_v), softmax(Q K^T) (n_q, n_k)).
 
     Row i is :func:`attend` for the query Q[i]. This is chapter 3's scaled dot-product

@@ -1,0 +1,159 @@
+"""Chapter 2: queries, keys and values against torch, their properties, and the exercise specs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
+
+from grader.checks import check
+from grader.exercises.ch02 import EXERCISES
+from grader.reference import softmax
+from grader.reference.qkv import (
+    attend,
+    dot_product_attention,
+    dot_scores,
+    project_qkv,
+    pronoun_example,
+)
+from tests.test_ch01_reference import assert_bugs_caught, notebook_checks
+
+pytestmark = pytest.mark.ch02
+
+REFERENCE = {
+    "dot_scores": dot_scores,
+    "softmax": softmax,
+    "attend": attend,
+    "project_qkv": project_qkv,
+    "dot_product_attention": dot_product_attention,
+}
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
+
+
+def _qkv(seed: int, n_q: int = 4, n_k: int = 6, d_k: int = 3, d_v: int = 5):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n_q, d_k)), rng.normal(size=(n_k, d_k)), rng.normal(size=(n_k, d_v))
+
+
+# ---------------------------------------------------------------- softmax
+
+
+@settings(max_examples=60, deadline=None)
+@given(z=arrays(np.float64, array_shapes(min_dims=1, max_dims=3, max_side=5), elements=finite))
+def test_softmax_matches_torch_on_every_axis(z):
+    for axis in range(-z.ndim, z.ndim):
+        expected = torch.softmax(torch.tensor(z), dim=axis).numpy()
+        np.testing.assert_allclose(softmax(z, axis=axis), expected, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    z=arrays(np.float64, array_shapes(min_dims=1, max_dims=3, max_side=5), elements=finite),
+    shift=st.floats(-1e6, 1e6),
+)
+def test_softmax_is_a_distribution_and_shift_invariant(z, shift):
+    p = softmax(z, axis=-1)
+    assert np.all(p >= 0) and np.allclose(p.sum(axis=-1), 1.0)
+    np.testing.assert_allclose(softmax(z + shift, axis=-1), p, atol=1e-6)
+
+
+def test_softmax_survives_huge_and_tiny_logits_where_the_formula_fails():
+    z = np.array([1000.0, 1001.0, 1002.0])
+    with np.errstate(all="ignore"):
+        naive = np.exp(z) / np.exp(z).sum()
+    assert np.isnan(naive).all()
+    np.testing.assert_allclose(softmax(z), softmax(z - 1000.0))
+    np.testing.assert_allclose(softmax(-z), softmax(-z + 1000.0))
+
+
+# ---------------------------------------------------------------- scores, attend, projections
+
+
+def test_dot_scores_are_dot_products():
+    q, K, _ = _qkv(0)
+    np.testing.assert_allclose(dot_scores(q[0], K), [np.dot(q[0], k) for k in K])
+
+
+def test_attend_matches_torch():
+    Q, K, V = _qkv(1)
+    context, weights = attend(Q[0], K, V)
+    w = torch.softmax(torch.tensor(K) @ torch.tensor(Q[0]), dim=0)
+    np.testing.assert_allclose(weights, w.numpy(), atol=1e-12)
+    np.testing.assert_allclose(context, (w @ torch.tensor(V)).numpy(), atol=1e-12)
+
+
+def test_project_qkv_matches_nn_linear_holding_the_transpose():
+    rng = np.random.default_rng(2)
+    X, W_q, W_k, W_v = (rng.normal(size=s) for s in ((5, 7), (7, 3), (7, 3), (7, 4)))
+    for W, got in zip((W_q, W_k, W_v), project_qkv(X, W_q, W_k, W_v), strict=True):
+        linear = torch.nn.Linear(7, W.shape[1], bias=False, dtype=torch.float64)
+        with torch.no_grad():
+            linear.weight.copy_(torch.tensor(W.T))  # nn.Linear computes x @ weight.T
+            np.testing.assert_allclose(got, linear(torch.tensor(X)).numpy(), atol=1e-12)
+
+
+def test_dot_product_attention_matches_torch_sdpa_with_scale_one():
+    Q, K, V = _qkv(3, n_q=4, n_k=7, d_k=3, d_v=5)
+    out, weights = dot_product_attention(Q, K, V)
+    expected = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (Q, K, V)), scale=1.0)
+    np.testing.assert_allclose(out, expected.numpy(), atol=1e-12)
+    assert weights.shape == (4, 7) and np.allclose(weights.sum(axis=-1), 1.0)
+
+
+def test_dot_product_attention_rows_are_attend_per_query():
+    Q, K, V = _qkv(4)
+    out, weights = dot_product_attention(Q, K, V)
+    for i, q in enumerate(Q):
+        context, w = attend(q, K, V)
+        np.testing.assert_allclose(out[i], context, atol=1e-12)
+        np.testing.assert_allclose(weights[i], w, atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), n_q=st.integers(1, 6), n_k=st.integers(1, 6))
+def test_dot_product_attention_is_permutation_equivariant(seed, n_q, n_k):
+    """Permuting the queries permutes the output rows; permuting key-value pairs changes nothing."""
+    Q, K, V = _qkv(seed, n_q=n_q, n_k=n_k)
+    rng = np.random.default_rng(seed + 1)
+    pq, pk = rng.permutation(n_q), rng.permutation(n_k)
+    out, weights = dot_product_attention(Q, K, V)
+    out_q, _ = dot_product_attention(Q[pq], K, V)
+    out_k, weights_k = dot_product_attention(Q, K[pk], V[pk])
+    np.testing.assert_allclose(out_q, out[pq], atol=1e-12)
+    np.testing.assert_allclose(out_k, out, atol=1e-12)
+    np.testing.assert_allclose(weights_k, weights[:, pk], atol=1e-12)
+
+
+# ---------------------------------------------------------------- the pronoun example
+
+
+@pytest.mark.parametrize(("adjective", "antecedent"), [("wide", "street"), ("tired", "cat")])
+def test_the_pronoun_attends_most_to_its_antecedent(adjective, antecedent):
+    ex = pronoun_example(adjective)
+    Q, K, V = project_qkv(ex.X, ex.W_q, ex.W_k, ex.W_v)
+    _, weights = attend(Q[ex.index("it")], K, V)
+    assert ex.tokens[int(np.argmax(weights))] == antecedent
+    assert weights[ex.index(antecedent)] > 0.5
+
+
+# ---------------------------------------------------------------- the exercise specs
+
+
+@pytest.mark.parametrize("name", list(REFERENCE))
+def test_reference_passes_every_notebook_case(name):
+    for exercise, seed, params in notebook_checks("02_queries_keys_values"):
+        if exercise == name:
+            check(name, REFERENCE[name], seed=seed, **params)
+
+
+def test_every_listed_bug_is_caught_and_named_by_the_notebook_cases():
+    assert_bugs_caught("02_queries_keys_values", EXERCISES)
+
+
+def test_specs_cover_the_contract():
+    assert [e.name for e in EXERCISES] == list(REFERENCE)
