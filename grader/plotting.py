@@ -79,3 +79,30 @@ def plot_weights_bar(
         ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def plot_position_changes(
+    changes: dict[str, np.ndarray], labels: Sequence[str], cut: int, title: str = ""
+) -> Figure:
+    """How far each position's output moved after the inputs after position ``cut`` changed.
+
+    ``changes`` maps a legend entry to an (n,) array, for example the largest absolute change
+    of each output row; one group of bars per position, one colour per entry. The perturbed
+    positions (after ``cut``) are shaded.
+    """
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * n + 1.5), 3.0))
+    width = 0.8 / len(changes)
+    for i, (name, values) in enumerate(changes.items()):
+        x = np.arange(n) + (i - (len(changes) - 1) / 2) * width
+        ax.bar(x, np.asarray(values, dtype=np.float64), width=width, label=name)
+    ax.axvspan(cut + 0.5, n - 0.5, color="0.9", zorder=0, label="changed inputs")
+    ax.set_xticks(range(n))
+    ax.set_xticklabels(labels, rotation=45, ha="right")
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylabel("largest change of the output")
+    ax.legend(fontsize=8, loc="upper left")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -24,9 +24,9 @@ import nbformat
 from nbformat import NotebookNode
 from nbgrader import utils
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import SaveAutoGrades
 
 from grader.autograde import reports
+from grader.autograde.gradebook import SharedSaveAutoGrades
 from grader.autograde.judging import ExpectedCheck, describe_error, expected_checks, rejudge
 from grader.autograde.sandbox import ChildJob, Finished, ForkServer, Limits
 from grader.autograde.sanitize import Sanitized, sanitize
@@ -230,7 +230,8 @@ def _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, work
             result = _new_result(sub, fingerprint, sources[sub.assignment])
             results[sub.key] = result
             try:
-                jobs = _prepare(sub, sources[sub.assignment], db_url, work / f"s{n}", result)
+                jobs = _prepare(sub, sources[sub.assignment], gradebook, db_url, work / f"s{n}",
+                            result)
             except Exception as exc:  # one odd submission must not stop the class
                 result["status"] = "invalid"
                 result["message"] = f"could not be prepared: {type(exc).__name__}: {exc}"
@@ -282,8 +283,8 @@ def _new_result(sub: Submission, fingerprint: str, src: SourceAssignment) -> dic
     }
 
 
-def _prepare(sub: Submission, src: SourceAssignment, db_url: str, tmp_root: Path,
-             result: dict[str, Any]) -> list[NotebookJob]:
+def _prepare(sub: Submission, src: SourceAssignment, gradebook: Gradebook, db_url: str,
+             tmp_root: Path, result: dict[str, Any]) -> list[NotebookJob]:
     if sub.problem:
         result["status"], result["message"] = "invalid", sub.problem
         return []
@@ -292,7 +293,8 @@ def _prepare(sub: Submission, src: SourceAssignment, db_url: str, tmp_root: Path
     for name, path in sub.notebooks.items():
         try:
             nb = read_notebook(path)
-            sanitized = sanitize(nb, src.notebooks[name], db_url, sub.assignment, name, sub.student)
+            sanitized = sanitize(nb, src.notebooks[name], gradebook, db_url, sub.assignment, name,
+                                 sub.student)
         except InvalidNotebook as exc:
             problems.append(str(exc))
             continue
@@ -325,7 +327,7 @@ def _finish(sub: Submission, result: dict[str, Any], jobs: list[NotebookJob], gr
             messages.append(f"{job.notebook}.ipynb: {message}")
         tests = _score_notebook(job, finished, src.expected.get(job.notebook, {}) if src else {})
         result["tests"] += tests
-        _save(job, sub, db_url, out)
+        _save(job, sub, gradebook, db_url, out)
     # notebooks of the source that were not submitted at all are scored 0 in the gradebook
     if src is not None:
         for name in src.notebooks:
@@ -455,11 +457,11 @@ def _zero_tests(nb: NotebookNode, name: str, message: str) -> list[dict[str, Any
     ]
 
 
-def _save(job: NotebookJob, sub: Submission, db_url: str, out: Path) -> None:
+def _save(job: NotebookJob, sub: Submission, gradebook: Gradebook, db_url: str, out: Path) -> None:
     """nbgrader's SaveAutoGrades into the gradebook, and the notebook in the autograded layout."""
     resources = {"nbgrader": {"db_url": db_url, "assignment": sub.assignment,
                               "notebook": job.notebook, "student": sub.student}}
-    SaveAutoGrades().preprocess(job.sanitized.nb, resources)
+    SharedSaveAutoGrades(gradebook).preprocess(job.sanitized.nb, resources)
     target = out / "autograded" / sub.student / sub.assignment / f"{job.notebook}.ipynb"
     reports.write_atomically(target, nbformat.writes(job.sanitized.nb))
 

@@ -13,13 +13,10 @@ from dataclasses import dataclass, field
 import nbformat
 from nbformat import NotebookNode
 from nbgrader import utils
-from nbgrader.preprocessors import (
-    CheckCellMetadata,
-    ClearOutput,
-    DeduplicateIds,
-    OverwriteCells,
-    OverwriteKernelspec,
-)
+from nbgrader.api import Gradebook
+from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec
+
+from grader.autograde.gradebook import SharedOverwriteCells
 
 # A solution cell that imports the reference package or reads the solutions folder.
 REFERENCE_USE = re.compile(
@@ -45,7 +42,13 @@ def grade_ids(nb: NotebookNode) -> list[str]:
 
 
 def sanitize(
-    nb: NotebookNode, source: NotebookNode, db_url: str, assignment: str, notebook: str, student: str
+    nb: NotebookNode,
+    source: NotebookNode,
+    gradebook: Gradebook,
+    db_url: str,
+    assignment: str,
+    notebook: str,
+    student: str,
 ) -> Sanitized:
     """Restore test and locked cells from the gradebook; note what changed and flag cheats."""
     notes = _describe_tampering(nb, source)
@@ -60,7 +63,7 @@ def sanitize(
             del cell["metadata"]["nbgrader"]
     for preprocessor in (
         OverwriteKernelspec(),
-        OverwriteCells(add_missing_cells=True),
+        SharedOverwriteCells(gradebook),
         CheckCellMetadata(),
     ):
         nb, resources = preprocessor.preprocess(nb, resources)

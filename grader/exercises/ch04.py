@@ -62,8 +62,7 @@ def load_weights(module: nn.Module, state: State, contract: str) -> None:
             )
         if tuple(params[name].shape) != value.shape:
             raise ValueError(
-                f"{what}'s parameter {name} has shape {tuple(params[name].shape)}, expected "
-                f"{value.shape}"
+                f"{what}'s parameter {name} has shape {tuple(params[name].shape)}, expected {value.shape}"
             )
         with torch.no_grad():
             params[name].copy_(torch.from_numpy(value))
@@ -311,9 +310,7 @@ MHA_BUGS = {
     "the values were computed from the key tensor (use W_v(value))": lambda i: mha_variant(
         i, kv_from=("key", "key")
     ),
-    "the mask is inverted (True must mean 'may attend')": lambda i: mha_variant(
-        i, invert_mask=True
-    ),
+    "the mask is inverted (True must mean 'may attend')": lambda i: mha_variant(i, invert_mask=True),
 }
 
 
@@ -383,8 +380,6 @@ EXERCISES = [
         reference=torch_mha_reference,
         bugs=MHA_BUGS,
         hints=mha_hints,
-        describe=lambda p: (
-            "against torch.nn.MultiheadAttention with the same weights, " + describe_mha(p)
-        ),
+        describe=lambda p: "against torch.nn.MultiheadAttention with the same weights, " + describe_mha(p),
     ),
 ]

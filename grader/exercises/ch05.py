@@ -235,9 +235,7 @@ def run_decoder(
     module: nn.Module, y: torch.Tensor, memory: torch.Tensor, inputs: dict[str, Any]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     try:
-        result = module(
-            y, memory, tensor(inputs["tgt_pad_mask"]), tensor(inputs["memory_pad_mask"])
-        )
+        result = module(y, memory, tensor(inputs["tgt_pad_mask"]), tensor(inputs["memory_pad_mask"]))
     except RuntimeError as exc:
         n_tgt, n_src = y.shape[1], memory.shape[1]
         raise size_mismatch_note(
@@ -456,13 +454,13 @@ ENCODER_BUGS = {
 }
 
 DECODER_BUGS = {
-    "no causal mask: each target position also sees the positions after it": lambda i: (
-        decoder_variant(i, causal="none")
+    "no causal mask: each target position also sees the positions after it": lambda i: decoder_variant(
+        i, causal="none"
     ),
     "a causal mask off by one that hides the diagonal (each position must see itself; use "
     "tril, not tril(diagonal=-1))": lambda i: decoder_variant(i, causal="no_diagonal"),
-    "an inverted causal mask (triu: True must be on and below the diagonal)": lambda i: (
-        decoder_variant(i, causal="triu")
+    "an inverted causal mask (triu: True must be on and below the diagonal)": lambda i: decoder_variant(
+        i, causal="triu"
     ),
     PRE_NORM: lambda i: decoder_variant(i, pre_norm=True),
     "the memory padding mask was not passed to cross-attention": lambda i: (
@@ -513,9 +511,7 @@ EXERCISES = [
         reference=lambda i: {"mask": as_array(_padding(i))},
         bugs=PADDING_BUGS,
         hints=padding_hints,
-        describe=lambda p: (
-            f"lengths={list(p.get('lengths', (3, 5, 1)))}, max_len={p.get('max_len', 6)}"
-        ),
+        describe=lambda p: f"lengths={list(p.get('lengths', (3, 5, 1)))}, max_len={p.get('max_len', 6)}",
     ),
     Exercise(
         name="EncoderLayer",
@@ -584,8 +580,6 @@ EXERCISES = [
         call=call_decoder_memory_padding,
         reference=no_change("change", lambda i: i["y"].shape),
         hints=memory_padding_hints,
-        describe=lambda p: (
-            "changing the padded memory positions, " + describe_decoder({"padded": True, **p})
-        ),
+        describe=lambda p: "changing the padded memory positions, " + describe_decoder({"padded": True, **p}),
     ),
 ]

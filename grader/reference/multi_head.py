@@ -100,11 +100,7 @@ def copy_weights_to_torch(ours: MultiHeadAttention, theirs: nn.MultiheadAttentio
     ``nn.Linear``'s layout (the transpose of the row-vector W). ``out_proj`` is W_o.
     """
     d = ours.d_model
-    if (
-        theirs.embed_dim != d
-        or theirs.num_heads != ours.num_heads
-        or not theirs._qkv_same_embed_dim
-    ):
+    if theirs.embed_dim != d or theirs.num_heads != ours.num_heads or not theirs._qkv_same_embed_dim:
         raise ValueError("the two modules differ in d_model, num_heads or key/value sizes")
     with torch.no_grad():
         for i, proj in enumerate((ours.W_q, ours.W_k, ours.W_v)):
@@ -145,9 +141,7 @@ def to_torch_multihead(ours: MultiHeadAttention) -> nn.MultiheadAttention:
     return theirs
 
 
-def torch_attn_mask(
-    mask: torch.Tensor, batch: int, num_heads: int, n_q: int, n_k: int
-) -> torch.Tensor:
+def torch_attn_mask(mask: torch.Tensor, batch: int, num_heads: int, n_q: int, n_k: int) -> torch.Tensor:
     """Our mask as ``nn.MultiheadAttention``'s boolean ``attn_mask``.
 
     Ours: True = may attend, broadcastable to (B, h, n_q, n_k). Theirs: True = may NOT

@@ -1,0 +1,324 @@
+"""Plain ``nbgrader autograde`` vs ``python -m grader autograde`` on the same submissions.
+
+Builds N distinct submissions of the real chapter 3 notebook (correct, stubbed, no sqrt(d_k)
+scaling, a warning printed from the learner's own code, softmax over the wrong axis, half
+done) in nbgrader's course layout in a temporary folder, then, in one run:
+
+1. ``nbgrader generate_assignment`` (not timed) and ``nbgrader autograde --force`` (timed);
+2. ``python -m grader autograde SUBMITTED --out OUT --source SOURCE --workers 2 --quiet``,
+   timed as a whole command, start-up included;
+3. compares the scores: nbgrader's gradebook (per submission, and auto_score per grade
+   cell) against our grades.csv, and fails if any differs.
+
+``--scale 200`` adds a run of ours alone on 200 submissions, to show how the cost grows.
+``--quick`` is a small run (4 submissions) for the test suite.
+
+    .venv/bin/python benchmarks/grading.py [--n 20] [--scale 200] [--quick] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENT = "03_scaled_dot_product"
+SOURCE = ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+RELEASED = ROOT / "chapters" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+VENV_BIN = Path(sys.executable).parent
+
+SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION.*?### END SOLUTION[^\n]*\n?", re.S | re.M)
+MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.M)
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
+
+
+def env() -> dict[str, str]:
+    """The environment for nbgrader and our CLI: this venv's scripts first (nbgrader runs
+    `alembic` by name), one thread per process as in grading."""
+    path = str(VENV_BIN) + os.pathsep + os.environ.get("PATH", "")
+    return dict(os.environ, PATH=path, PYTHONWARNINGS="ignore::DeprecationWarning")
+
+
+def _cell(nb: nbformat.NotebookNode, grade_id: str) -> nbformat.NotebookNode:
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            return cell
+    raise KeyError(f"{SOURCE.name} has no cell {grade_id!r}: update benchmarks/_submissions.py")
+
+
+def _edit(nb: nbformat.NotebookNode, grade_id: str, old: str, new: str) -> None:
+    cell = _cell(nb, grade_id)
+    if old not in cell.source:
+        raise ValueError(
+            f"cell {grade_id!r} of {SOURCE.name} no longer contains {old!r}: "
+            "update the variant in benchmarks/_submissions.py"
+        )
+    cell.source = cell.source.replace(old, new)
+
+
+def _as_learner(nb: nbformat.NotebookNode, keep_solutions: bool) -> nbformat.NotebookNode:
+    """What a learner hands in: no hidden tests; solution regions filled in or stubbed."""
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code":
+            continue
+        if meta.get("grade") and not meta.get("solution"):
+            cell.source = HIDDEN.sub("", cell.source).rstrip() + "\n"
+        if meta.get("solution"):
+            if keep_solutions:
+                cell.source = MARKER.sub("", cell.source)
+            else:
+                cell.source = SOLUTION_BLOCK.sub(
+                    "    # YOUR CODE HERE\n    raise NotImplementedError()\n", cell.source)
+        cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def source_notebook() -> nbformat.NotebookNode:
+    return nbformat.read(SOURCE, as_version=4)
+
+
+def stubs() -> nbformat.NotebookNode:
+    """The released learner notebook (chapters/), or the source stubbed if it is missing."""
+    if RELEASED.exists():
+        return nbformat.read(RELEASED, as_version=4)
+    return _as_learner(source_notebook(), keep_solutions=False)
+
+
+def correct() -> nbformat.NotebookNode:
+    return _as_learner(source_notebook(), keep_solutions=True)
+
+
+def no_sqrt() -> nbformat.NotebookNode:
+    """Exercise 1 forgets the 1/sqrt(d_k) scaling."""
+    nb = source_notebook()
+    _edit(nb, "scaled_dot_product_attention", " / math.sqrt(d_k)", "")
+    return _as_learner(nb, keep_solutions=True)
+
+
+def wrong_axis() -> nbformat.NotebookNode:
+    """Exercise 2 takes the softmax over the queries instead of the keys."""
+    nb = source_notebook()
+    _edit(nb, "scaled_dot_product_attention_torch", "torch.softmax(scores, dim=-1)",
+          "torch.softmax(scores, dim=-2)")
+    return _as_learner(nb, keep_solutions=True)
+
+
+def warns() -> nbformat.NotebookNode:
+    """Correct, but exercise 3 prints a warning from the learner's own code (stderr)."""
+    nb = source_notebook()
+    _edit(nb, "softmax_jacobian", "### BEGIN SOLUTION\n",
+          "### BEGIN SOLUTION\n    import warnings\n\n"
+          "    warnings.warn(\"is p really a probability vector?\")\n")
+    return _as_learner(nb, keep_solutions=True)
+
+
+def half_done() -> nbformat.NotebookNode:
+    """Exercise 1 solved, every other exercise still a stub."""
+    nb = stubs()
+    solved = correct()
+    _cell(nb, "scaled_dot_product_attention").source = _cell(
+        solved, "scaled_dot_product_attention").source
+    return nb
+
+
+VARIANTS = {  # the order matters: --quick takes the first few
+    "correct": correct,
+    "stubs": stubs,
+    "no_sqrt": no_sqrt,
+    "warns": warns,
+    "wrong_axis": wrong_axis,
+    "half_done": half_done,
+}
+
+
+def make_course(root: Path, n: int, with_nbgrader_source: bool = True) -> list[tuple[str, str]]:
+    """An nbgrader course in ``root``: source/<assignment>/ and n distinct submissions.
+
+    Returns [(student_id, variant)]. Each notebook differs (a note with the student's id)
+    so that no grader can skip one as a duplicate.
+    """
+    if with_nbgrader_source:
+        shutil.copytree(SOURCE.parent, root / "source" / ASSIGNMENT)
+    built = {name: make() for name, make in VARIANTS.items()}
+    students = []
+    for k in range(n):
+        variant = list(VARIANTS)[k % len(VARIANTS)]
+        student = f"s{k:04d}"
+        nb = nbformat.from_dict(built[variant])
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"Handed in by {student} ({variant})."))
+        target = root / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target)
+        students.append((student, variant))
+    return students
+
+
+# ---------------------------------------------------------------------------- the runs
+
+
+def run(cmd: list[str], cwd: Path) -> float:
+    """Run ``cmd``; return its wall-clock seconds; fail with its output if it fails."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
+            f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+        )
+    return seconds
+
+
+def nbgrader(root: Path, *args: str) -> float:
+    return run([str(VENV_BIN / "nbgrader"), *args, f"--CourseDirectory.root={root}"], cwd=root)
+
+
+def ours(root: Path, out: Path, workers: int) -> float:
+    return run([sys.executable, "-m", "grader", "autograde", str(root / "submitted"),
+                "--out", str(out), "--source", str(root / "source"),
+                "--workers", str(workers), "--quiet"], cwd=root)
+
+
+def nbgrader_scores(root: Path) -> dict[str, dict[str, float]]:
+    """student -> {"score": total, <grade_id>: auto_score} from nbgrader's gradebook."""
+    from nbgrader.api import Gradebook
+
+    scores: dict[str, dict[str, float]] = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for student in gb.students:
+            try:
+                sub = gb.find_submission(ASSIGNMENT, student.id)
+            except Exception:  # noqa: BLE001 - a student nbgrader did not grade
+                continue
+            row = {"score": float(sub.score)}
+            for notebook in sub.notebooks:
+                for grade in notebook.grades:
+                    row[grade.name] = float(grade.auto_score or 0.0)
+            scores[student.id] = row
+    return scores
+
+
+def our_scores(out: Path) -> dict[str, dict[str, float]]:
+    scores: dict[str, dict[str, float]] = {}
+    with open(out / "grades.csv", newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            fixed = {"student_id", "assignment", "score", "max_score", "status"}
+            values = {k: float(v) for k, v in row.items() if k not in fixed and v != ""}
+            values["score"] = float(row["score"])
+            values["status"] = row["status"]  # type: ignore[assignment]
+            scores[row["student_id"]] = values
+    return scores
+
+
+def compare(students: list[tuple[str, str]], theirs: dict, mine: dict) -> list[str]:
+    """Every disagreement, in words; an empty list when the two graders agree everywhere."""
+    problems = []
+    for student, variant in students:
+        a, b = theirs.get(student), mine.get(student)
+        if a is None or b is None:
+            problems.append(f"{student} ({variant}): missing from "
+                            f"{'nbgrader' if a is None else 'ours'}")
+            continue
+        if b.get("status") != "graded":
+            problems.append(f"{student} ({variant}): our status is {b.get('status')}")
+        for key in sorted(set(a) | (set(b) - {"status"})):
+            if abs(a.get(key, float("nan")) - b.get(key, float("nan"))) > 1e-6 or (
+                    key not in a or key not in b):
+                problems.append(f"{student} ({variant}) {key}: nbgrader {a.get(key)} "
+                                f"vs ours {b.get(key)}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=20, help="submissions (default 20)")
+    parser.add_argument("--scale", type=int, default=0,
+                        help="also time ours alone on this many submissions (e.g. 200)")
+    parser.add_argument("--workers", type=int, default=2, help="our --workers (default 2)")
+    parser.add_argument("--quick", action="store_true", help="4 submissions, no scale run")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary courses")
+    args = parser.parse_args(argv)
+    n = 4 if args.quick else args.n
+    scale = 0 if args.quick else args.scale
+
+    tmp = Path(tempfile.mkdtemp(prefix="attention-bench-"))
+    try:
+        root = tmp / "course"
+        students = make_course(root, n)
+        print(f"{n} submissions of {ASSIGNMENT}: "
+              + ", ".join(f"{v} x{c}" for v, c in Counter(v for _, v in students).items()),
+              flush=True)
+
+        nbgrader(root, "generate_assignment", ASSIGNMENT, "--force")
+        t_nbgrader = nbgrader(root, "autograde", ASSIGNMENT, "--force")
+        print(f"nbgrader autograde: {t_nbgrader:.1f} s", flush=True)
+        t_ours = ours(root, tmp / "out", args.workers)
+        print(f"python -m grader autograde: {t_ours:.1f} s", flush=True)
+
+        theirs, mine = nbgrader_scores(root), our_scores(tmp / "out")
+        problems = compare(students, theirs, mine)
+
+        t_scale = None
+        if scale:
+            big = tmp / "scale"
+            make_course(big, scale)
+            t_scale = ours(big, tmp / "scale-out", args.workers)
+            print(f"python -m grader autograde on {scale}: {t_scale:.1f} s", flush=True)
+
+        # ------------------------------------------------------------ the report
+        tests = sorted({k for row in theirs.values() for k in row} - {"score"})
+        print()
+        print("Scores per variant (nbgrader = ours unless marked)")
+        seen = set()
+        for student, variant in students:
+            if variant in seen or student not in theirs or student not in mine:
+                continue
+            seen.add(variant)
+            a, b = theirs[student], mine[student]
+            same = all(abs(a.get(k, -1) - b.get(k, -2)) < 1e-6 for k in ["score", *tests])
+            print(f"  {variant:<11} {a['score']:>5g} / {b['score']:<5g}"
+                  f"{'' if same else '   DIFFERENT'}  "
+                  + " ".join(f"{a.get(t, 0):g}" for t in tests))
+        print(f"  (per test: {', '.join(tests)})")
+        print()
+        rows = [("nbgrader autograde (sequential)", n, t_nbgrader),
+                (f"python -m grader autograde (--workers {args.workers})", n, t_ours)]
+        if t_scale is not None:
+            rows.append((f"python -m grader autograde (--workers {args.workers})", scale, t_scale))
+        width = max(len(r[0]) for r in rows)
+        print(f"{'grader':<{width}}  {'N':>5}  {'total s':>8}  {'s / submission':>14}")
+        print(f"{'-' * width}  {'-' * 5}  {'-' * 8}  {'-' * 14}")
+        for name, count, seconds in rows:
+            print(f"{name:<{width}}  {count:>5}  {seconds:>8.1f}  {seconds / count:>14.3f}")
+        print()
+        print(f"speed-up on the same {n} submissions: {t_nbgrader / t_ours:.1f}x "
+              f"(nbgrader {t_nbgrader / n:.2f} s vs ours {t_ours / n:.3f} s per submission, "
+              f"ours including its start-up)")
+        agreed = n - len({p.split(' ', 1)[0] for p in problems})
+        print(f"scores agree on {agreed} of {n} submissions "
+              f"({len(tests)} test cells each, compared one by one)")
+        if problems:
+            print("DISAGREEMENTS:\n  " + "\n  ".join(problems))
+            return 1
+        return 0
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
