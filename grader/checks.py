@@ -41,6 +41,7 @@ def run_learner(
     Returns (outputs or None, error message or "", a note on the first warning or "").
     Warnings are caught so that they never reach stderr.
     """
+    name = spec.name.split("__", 1)[0]  # "X__torch" is an aspect of the learner's X
     copies = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
     with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
         warnings.simplefilter("always")
@@ -48,9 +49,9 @@ def run_learner(
             outputs = spec.call(learner, copies)
             outputs = {k: to_numpy(v) for k, v in outputs.items()}
         except NotImplementedError:
-            outputs, error = None, f"{spec.name} is not implemented yet (it raises NotImplementedError)."
+            outputs, error = None, f"{name} is not implemented yet (it raises NotImplementedError)."
         except Exception as exc:  # the learner's code may raise anything
-            outputs, error = None, f"{spec.name} raised {type(exc).__name__}: {exc}"
+            outputs, error = None, f"{name} raised {type(exc).__name__}: {exc}"
         else:
             error = ""
     warned = ""
@@ -67,7 +68,7 @@ def judge(spec: Exercise, params: dict[str, Any], inputs: dict[str, Any], got: A
     ]
     if not problems:
         return ""
-    lines = [f"{spec.name} is wrong on {spec.case_description(params)}:"]
+    lines = [f"{spec.name.split('__', 1)[0]} is wrong on {spec.case_description(params)}:"]
     lines += [f"- {p}" for p in problems]
     bug = matching_bug(spec, inputs, got)
     if bug:

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_report(args.notebook, outcomes))
         return 0 if all(o.passed for o in outcomes) else 1
     if args.command == "autograde":
-        from grader.autograde.pipeline import autograde
+        from grader.autograde.pipeline import SourceError, autograde
 
         for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
             if not folder.is_dir():
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             summary = autograde(args.submitted, args.out, args.source, db_url=args.db,
                                 workers=args.workers, timeout=args.timeout,
                                 progress=not args.quiet)
+        except SourceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
             print("interrupted: every result written so far is kept; run again to resume",
                   file=sys.stderr)

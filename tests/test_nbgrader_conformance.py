@@ -373,12 +373,10 @@ def test_deleted_test_cell_is_restored(graded):
     assert bar["status"] == "passed" and bar["points"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "our grader refuses a source whose own tests fail (pipeline._solution_run raises "
-    "RuntimeError), while nbgrader's test_grade uses submitted-unchanged.ipynb, whose test "
-    "`bar` fails, as the source; see the helper report"))
 def test_source_failing_its_own_tests(tmp_path):
-    """nbgrader's test_grade exactly: source and foo's submission are submitted-unchanged."""
+    """nbgrader's test_grade exactly: source and foo's submission are submitted-unchanged,
+    whose test `bar` fails in the source itself. Like nbgrader we grade anyway (by nbgrader's
+    rule alone for that test) and say so in a note."""
     _copy("submitted-unchanged.ipynb", tmp_path / "source" / ASSIGNMENT / "p1.ipynb")
     _copy("submitted-unchanged.ipynb", tmp_path / "submitted" / "foo" / ASSIGNMENT / "p1.ipynb")
     _copy("submitted-changed.ipynb", tmp_path / "submitted" / "bar" / ASSIGNMENT / "p1.ipynb")
@@ -386,3 +384,5 @@ def test_source_failing_its_own_tests(tmp_path):
     with Gradebook(f"sqlite:///{tmp_path / 'OUT' / 'gradebook.db'}") as gb:
         assert gb.find_submission_notebook("p1", ASSIGNMENT, "foo").score == 1
         assert gb.find_submission_notebook("p1", ASSIGNMENT, "bar").score == 2
+    notes = json.loads((tmp_path / "OUT" / "foo" / ASSIGNMENT / "results.json").read_text())["notes"]
+    assert any("the source's own tests fail" in n for n in notes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import types
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,8 +95,15 @@ def _make_shell() -> Any:
             )
 
     shell = CollectingShell.instance(colors="nocolor")
+    shell.showtraceback = types.MethodType(InteractiveShell.showtraceback, shell)
     shell.collected = []
     return shell
+
+
+def _bound_run_cell() -> Any:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    return InteractiveShell.run_cell  # taken before any learner code can replace it
 
 
 def _jsonable(data: Any) -> Any:
@@ -111,6 +119,7 @@ def execute_cells(cells: list[CellJob], results_file: Path, record_dir: Path | N
     from grader import recording
 
     recorder = recording.start_recording() if record_dir is not None else None
+    run_cell = _bound_run_cell()
     shell = _make_shell()
     real_stdout, real_stderr = sys.stdout, sys.stderr
     with open(results_file, "a", encoding="utf-8") as results:
@@ -120,15 +129,21 @@ def execute_cells(cells: list[CellJob], results_file: Path, record_dir: Path | N
             if recorder is not None:
                 recorder.current_cell = cell.index
             sys.stdout, sys.stderr = stdout, stderr
+            failure: BaseException | None = None
             try:
-                shell.run_cell(cell.source, store_history=True)
+                outcome = run_cell(shell, cell.source, store_history=True)
+                failure = outcome.error_before_exec or outcome.error_in_exec
             except BaseException as exc:  # noqa: BLE001 - the learner's code may raise anything
-                shell.collected.append(
-                    {"output_type": "error", "ename": type(exc).__name__, "evalue": str(exc),
-                     "traceback": []}
-                )
+                failure = exc
             finally:
                 sys.stdout, sys.stderr = real_stdout, real_stderr
+            if failure is not None and not any(o["output_type"] == "error" for o in shell.collected):
+                # The traceback display was silenced (a known cheat patches showtraceback):
+                # the cell's own result still says it failed, as a kernel's reply status would.
+                shell.collected.append(
+                    {"output_type": "error", "ename": type(failure).__name__,
+                     "evalue": str(failure), "traceback": []}
+                )
             outputs = [
                 {"output_type": "stream", "name": s.name, "text": s.text()}
                 for s in (stdout, stderr) if s.size or s.dropped

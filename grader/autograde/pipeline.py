@@ -47,6 +47,11 @@ class SourceAssignment:
     notebooks: dict[str, NotebookNode]  # name -> the source notebook (solutions, hidden tests)
     expected: dict[str, dict[str, list[ExpectedCheck]]] = field(default_factory=dict)
     fingerprint: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+class SourceError(RuntimeError):
+    """The source cannot be graded against (it does not run); nothing was graded."""
 
 
 @dataclass
@@ -205,15 +210,19 @@ def _solution_run(server: ForkServer, src: SourceAssignment, work: Path, limits:
             finished = server.wait()
         lines = _read_lines(tmp)
         grade_id_of = {i: c.metadata.nbgrader["grade_id"] for i, c in cells.items()
-                       if utils.is_grade(c)}
-        failing = [grade_id_of[i] for i, line in lines.items() if i in grade_id_of
-                   and any(o["output_type"] == "error" for o in line["outputs"])]
-        if finished[0].timed_out or failing or len(lines) < len(cells):
-            raise RuntimeError(
-                f"the source notebook {src.name}/{name}.ipynb does not pass its own tests "
-                f"(failing: {', '.join(failing) or 'it did not run to the end'})"
-            )
-        src.expected[name] = expected_checks(list(lines.values()), grade_id_of)
+                       if utils.is_grade(c) and not utils.is_solution(c)}
+        failing = sorted(grade_id_of[i] for i, line in lines.items() if i in grade_id_of
+                         and any(o["output_type"] == "error" for o in line["outputs"]))
+        if finished[0].timed_out or len(lines) < len(cells):
+            raise SourceError(f"the source notebook {src.name}/{name}.ipynb did not run to the end "
+                              "in the grader; fix the source first")
+        if failing:  # nbgrader grades such a source anyway; so do we, on its rule alone
+            src.warnings.append(f"{name}.ipynb: the source's own tests fail ({', '.join(failing)})"
+                                "; those tests are graded by nbgrader's rule only")
+        src.expected[name] = expected_checks(
+            [line for i, line in lines.items() if grade_id_of.get(i) not in failing],
+            grade_id_of,
+        )
 
 
 def _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, workers, summary,
@@ -279,7 +288,7 @@ def _new_result(sub: Submission, fingerprint: str, src: SourceAssignment) -> dic
     return {
         "student_id": sub.student, "assignment": sub.assignment, "score": 0.0,
         "max_score": 0.0, "status": "graded", "message": "", "flags": [],
-        "notes": list(sub.notes), "tests": [], "fingerprint": fingerprint,
+        "notes": list(sub.notes) + src.warnings, "tests": [], "fingerprint": fingerprint,
     }
 
 
@@ -333,6 +342,7 @@ def _finish(sub: Submission, result: dict[str, Any], jobs: list[NotebookJob], gr
         for name in src.notebooks:
             if name not in sub.notebooks:
                 result["tests"] += _zero_tests(src.notebooks[name], name, "the notebook is missing")
+                _zero_in_gradebook(gradebook, name, sub)
     if not jobs and src is None and result["status"] == "graded":
         result["status"] = "invalid"
     if result["status"] == "invalid" and not result["tests"]:
@@ -398,6 +408,12 @@ def _score_notebook(job: NotebookJob, finished: Finished,
     tests = []
     for index, cell in enumerate(job.sanitized.nb.cells):
         if cell.cell_type != "code":
+            if utils.is_grade(cell):  # a written answer, graded by hand as in nbgrader
+                grade_id = cell.metadata.nbgrader["grade_id"]
+                tests.append({"notebook": job.notebook, "grade_id": grade_id,
+                              "exercise": exercise_of(grade_id), "points": 0.0,
+                              "max_points": float(cell.metadata.nbgrader.get("points", 0)),
+                              "status": "needs_manual_grade", "message": "graded by hand"})
             continue
         line = lines.get(index)
         cell.outputs = [nbformat.from_dict(o) for o in line["outputs"]] if line else []
@@ -455,6 +471,15 @@ def _zero_tests(nb: NotebookNode, name: str, message: str) -> list[dict[str, Any
          "message": message}
         for c in nb.cells if utils.is_grade(c)
     ]
+
+
+def _zero_in_gradebook(gradebook: Gradebook, notebook: str, sub: Submission) -> None:
+    """What nbgrader's autograde does for a notebook that was not handed in: 0, reviewed."""
+    submitted = gradebook.find_submission_notebook(notebook, sub.assignment, sub.student)
+    for grade in submitted.grades:
+        grade.auto_score = 0
+        grade.needs_manual_grade = False
+    gradebook.db.commit()
 
 
 def _save(job: NotebookJob, sub: Submission, gradebook: Gradebook, db_url: str, out: Path) -> None:

@@ -176,12 +176,14 @@ def torch_attention_reference(inputs: dict[str, Any]) -> Arrays:
 
 
 def call_gradcheck(fn: Any, inputs: dict[str, Any]) -> Arrays:
-    """torch.autograd.gradcheck of the learner's output in float64, as 1.0 (pass) or 0.0."""
+    """Output, weights and gradients as for the torch exercise, plus torch.autograd.gradcheck
+    of the learner's output in float64 (finite differences), as 1.0 (pass) or 0.0."""
+    outputs = call_attention_torch(fn, inputs)
     q, k, v, mask = _tensors(inputs)
     ok = torch.autograd.gradcheck(
         lambda a, b, c: fn(a, b, c, mask)[0], (q, k, v), eps=1e-6, atol=1e-5, raise_exception=False
     )
-    return {"gradcheck_passed": np.array(1.0 if ok else 0.0)}
+    return {**outputs, "gradcheck_passed": np.array(1.0 if ok else 0.0)}
 
 
 # ---------------------------------------------------------------- the softmax Jacobian
@@ -237,7 +239,9 @@ EXERCISES = [
         name="scaled_dot_product_attention_torch__gradcheck",
         make_inputs=make_attention_inputs,
         call=call_gradcheck,
-        reference=lambda inputs: {"gradcheck_passed": np.array(1.0)},
+        reference=lambda inputs: {**torch_attention_reference(inputs), "gradcheck_passed": np.array(1.0)},
+        bugs=ATTENTION_BUGS,
+        hints=attention_hints,
         describe=lambda p: "torch.autograd.gradcheck in float64, " + describe_attention(p),
     ),
     Exercise(

@@ -60,9 +60,14 @@ def unpack(result: Any, names: tuple[str, ...], function: str) -> tuple[Any, ...
 
 
 def to_numpy(value: Any) -> np.ndarray:
-    """A learner's output as a float64 NumPy array (tensors are detached first)."""
+    """A learner's output as a NumPy array: bool stays bool, everything else becomes float64.
+
+    Tensors are detached first; keeping bool apart lets a check tell a float mask from a
+    boolean one.
+    """
     if hasattr(value, "detach"):
-        value = value.detach().cpu().double().numpy()
+        value = value.detach().cpu()
+        value = value.numpy() if str(value.dtype) == "torch.bool" else value.double().numpy()
     array = np.asarray(value)
     if array.dtype == object:
         raise TypeError(f"expected an array of numbers, got {type(value).__name__}")
