@@ -58,21 +58,30 @@ def main(argv: list[str] | None = None) -> int:
         if not args.notebook.is_file():
             print(f"error: {args.notebook} is not a file", file=sys.stderr)
             return 2
-        outcomes = check_notebook(args.notebook, timeout=args.timeout)
+        from grader.autograde.submissions import InvalidNotebook
+
+        try:
+            outcomes = check_notebook(args.notebook, timeout=args.timeout)
+        except InvalidNotebook as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(format_report(args.notebook, outcomes))
         return 0 if all(o.passed for o in outcomes) else 1
     if args.command == "autograde":
-        from grader.autograde.pipeline import SourceError, autograde
-
         for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
             if not folder.is_dir():
                 print(f"error: the {what} {folder} is not a directory", file=sys.stderr)
                 return 2
         start = time.monotonic()
+        from grader.autograde.sandbox import ForkServer
+
+        server = ForkServer()  # start it first: its imports overlap with ours below
+        from grader.autograde.pipeline import SourceError, autograde
+
         try:
             summary = autograde(args.submitted, args.out, args.source, db_url=args.db,
                                 workers=args.workers, timeout=args.timeout,
-                                progress=not args.quiet)
+                                progress=not args.quiet, server=server)
         except SourceError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -41,6 +41,9 @@ def start_recording() -> Recorder:
     return _recorder
 
 
-def record(record: CheckRecord) -> None:
+def record(record: CheckRecord) -> bool:
+    """Keep ``record`` if recording is on; True when it was kept (the grader will judge it)."""
     if _recorder is not None:
         _recorder.add(record)
+        return True
+    return False

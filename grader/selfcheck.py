@@ -12,11 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbgrader import utils
-
 from grader.autograde.judging import describe_error
 from grader.autograde.sandbox import ChildJob, ForkServer, Limits
-from grader.autograde.submissions import read_notebook
 
 
 @dataclass(frozen=True)
@@ -28,10 +25,23 @@ class TestOutcome:
     message: str
 
 
+def _is_test(cell: dict) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader") or {}
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
 def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
-    nb = read_notebook(path)
+    """Run ``path`` in a fresh child process; one outcome per test cell, in order."""
+    server = ForkServer()  # starts importing torch while we read the notebook
+    from grader.autograde.submissions import read_notebook
+
+    try:
+        nb = read_notebook(path)
+    except Exception:
+        server.close()
+        raise
     cells = {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}
-    with tempfile.TemporaryDirectory(prefix="attention-check-") as tmp, ForkServer() as server:
+    with tempfile.TemporaryDirectory(prefix="attention-check-") as tmp, server:
         results = Path(tmp) / "results.jsonl"
         server.submit(ChildJob(
             key="check", cells=[(i, c.source) for i, c in cells.items()],
@@ -49,7 +59,7 @@ def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
                 lines[line["index"]] = line
     outcomes = []
     for index, cell in cells.items():
-        if not utils.is_grade(cell) or utils.is_solution(cell):
+        if not _is_test(cell):
             continue
         grade_id = cell.metadata.nbgrader["grade_id"]
         max_points = float(cell.metadata.nbgrader.get("points", 0))

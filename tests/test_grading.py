@@ -287,3 +287,56 @@ def test_check_command_reports_a_half_done_notebook(tmp_path):
     assert "FAIL  test_softmax_jacobian" in run.stdout
     assert "not implemented" in run.stdout
     assert SOLUTIONS.exists()
+
+
+def test_interrupted_run_keeps_results_and_resumes(tmp_path):
+    """Ctrl-C in the middle: results already written stay; the next run grades the rest."""
+    import signal
+    import time
+
+    submitted = tmp_path / "submitted"
+    solved = _solution_cells_only(None)
+    slow = _with(solved, "softmax_jacobian", (
+        "import time\ntime.sleep(3)\n"
+        "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n"))
+    for n in range(6):
+        folder = submitted / f"s{n}" / A
+        folder.mkdir(parents=True)
+        nbformat.write(solved if n < 2 else slow, folder / f"{A}.ipynb")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
+               "--workers", "1", "--quiet"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(list(out.glob("*/*/results.json"))) < 2:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    done = {p.parent.parent.name for p in out.glob("*/*/results.json")}
+    assert 2 <= len(done) < 6
+    stamps = {s: (out / s / A / "results.json").stat().st_mtime_ns for s in done}
+    with open(out / "grades.csv", newline="") as handle:
+        assert {r["student_id"] for r in csv.DictReader(handle)} == done
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert f"{len(done)} unchanged (kept)" in run.stdout
+    for student, stamp in stamps.items():
+        assert (out / student / A / "results.json").stat().st_mtime_ns == stamp
+    assert all(result({"out": out}, f"s{n}")["score"] == FULL for n in range(6))
+
+
+def test_gradebook_url_is_honoured(tmp_path):
+    submitted = tmp_path / "submitted" / "ann" / A
+    submitted.mkdir(parents=True)
+    nbformat.write(_solution_cells_only(None), submitted / f"{A}.ipynb")
+    db = tmp_path / "elsewhere.db"
+    run = subprocess.run([sys.executable, "-m", "grader", "autograde", str(tmp_path / "submitted"),
+                          "--out", str(tmp_path / "out"), "--db", f"sqlite:///{db}", "--quiet"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{db}") as gb:
+        assert gb.find_submission(A, "ann").score == FULL
+    assert not (tmp_path / "out" / "gradebook.db").exists()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import io
 import json
-import types
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -40,28 +40,39 @@ def expected_checks(lines: list[dict], grade_id_of: dict[int, str]) -> dict[str,
     return expected
 
 
-def rejudge(expected: list[ExpectedCheck], records: list[dict], record_dir: Path) -> str:
-    """"" if every expected check arrived and passes in this process, else the reason."""
+@dataclass(frozen=True)
+class Verdict:
+    message: str = ""  # "" = every expected check arrived and passed
+    missing: bool = False  # True when the failure is a check that never reported
+
+    def __bool__(self) -> bool:
+        return bool(self.message)
+
+
+def rejudge(expected: list[ExpectedCheck], records: list[dict], record_dir: Path) -> Verdict:
+    """Judge again, in this process, every check the test cell must make."""
     exercises = all_exercises()
     for k, want in enumerate(expected):
         if k >= len(records):
-            return f"check {k + 1} of {len(expected)} ({want.exercise}) never reported a result"
+            return Verdict(f"check {k + 1} of {len(expected)} ({want.exercise}) never reported a "
+                           "result", missing=True)
         got = records[k]
         if got.get("exercise") != want.exercise:
-            return f"check {k + 1} reported {got.get('exercise')!r} instead of {want.exercise!r}"
+            return Verdict(f"check {k + 1} reported {got.get('exercise')!r} instead of "
+                           f"{want.exercise!r}", missing=True)
         if got.get("error"):
-            return str(got["error"])
+            return Verdict(str(got["error"]))
         spec = exercises.get(want.exercise)
         if spec is None:
-            return f"unknown exercise {want.exercise!r}"
+            return Verdict(f"unknown exercise {want.exercise!r}", missing=True)
         arrays = _load(record_dir, got.get("file"))
         if arrays is None:
-            return f"check {k + 1} ({want.exercise}) sent no readable output"
+            return Verdict(f"check {k + 1} ({want.exercise}) sent no readable output", missing=True)
         inputs = spec.make_inputs(np.random.default_rng(want.seed), **want.params)
         message = judge(spec, want.params, inputs, arrays)
         if message:
-            return message
-    return ""
+            return Verdict(message)
+    return Verdict()
 
 
 def describe_error(ename: str, evalue: str) -> str:

@@ -26,7 +26,7 @@ from nbgrader import utils
 from nbgrader.api import Gradebook
 
 from grader.autograde import reports
-from grader.autograde.gradebook import SharedSaveAutoGrades
+from grader.autograde.gradebook import SharedSaveAutoGrades, open_gradebook
 from grader.autograde.judging import ExpectedCheck, describe_error, expected_checks, rejudge
 from grader.autograde.sandbox import ChildJob, Finished, ForkServer, Limits
 from grader.autograde.sanitize import Sanitized, sanitize
@@ -37,6 +37,7 @@ from grader.autograde.submissions import (
     folder_fingerprint,
     read_notebook,
 )
+from grader.exercises import all_exercises
 from grader.nbgrader_course import generate_assignment, temporary_course
 
 
@@ -61,6 +62,7 @@ class NotebookJob:
     sanitized: Sanitized
     code_cells: dict[int, NotebookNode]
     tmp: Path  # holds workdir/, results.jsonl, records/, child.log
+    finished: Finished | None = None
 
 
 @dataclass
@@ -95,7 +97,13 @@ def autograde(
     workers: int = 2,
     timeout: float = 60.0,
     progress: bool = True,
+    server: ForkServer | None = None,
 ) -> Summary:
+    """Grade every submission under ``submitted`` against ``source``; see DESIGN.md.
+
+    ``server`` may be a ForkServer the caller started early, so that its imports overlap
+    with the caller's own; it is closed at the end either way.
+    """
     # nbgrader's gradebook API trips SQLAlchemy 2's autoflush warnings; they are noise here
     warnings.filterwarnings("ignore", module="nbgrader")
     warnings.filterwarnings("ignore", message=".*not in session.*")
@@ -107,12 +115,14 @@ def autograde(
     submissions = find_submissions(submitted, {n: sorted(s.notebooks) for n, s in sources.items()})
     summary = Summary()
     wanted = {s.assignment for s in submissions}
-    with temporary_course(source, db_url) as api:
-        for name in sorted(wanted):
-            generate_assignment(api, name)  # records notebooks and grade cells in the gradebook
+    server = server or ForkServer()  # loads torch on the other core while we prepare
     work = Path(tempfile.mkdtemp(prefix="attention-grading-"))
     try:
-        with ForkServer() as server, Gradebook(db_url) as gradebook:
+        with temporary_course(source, db_url) as api:
+            for name in sorted(wanted):
+                generate_assignment(api, name)  # records notebooks and grade cells
+        all_exercises()  # the parent judges checks: load every chapter's specs now
+        with server, open_gradebook(db_url) as gradebook:
             for name in sorted(wanted):
                 _solution_run(server, sources[name], work, limits)
             todo = []
@@ -126,6 +136,7 @@ def autograde(
             _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, workers,
                        summary, progress)
     finally:
+        server.close()
         shutil.rmtree(work, ignore_errors=True)
         reports.write_grades_csv(out, _results_for(out, submissions))
     return summary
@@ -227,61 +238,79 @@ def _solution_run(server: ForkServer, src: SourceAssignment, work: Path, limits:
 
 def _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, workers, summary,
                progress) -> None:
+    """Keep ``workers`` children busy; prepare the next submissions while they run."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), unit="sub", disable=not progress, file=sys.stderr,
                dynamic_ncols=True)
+    upcoming = iter(enumerate(todo))
     pending: dict[str, list[NotebookJob]] = {}  # submission key -> its notebook jobs
     results: dict[str, dict[str, Any]] = {}
     queue: list[NotebookJob] = []
-    try:
-        for n, (sub, fingerprint) in enumerate(todo):
-            result = _new_result(sub, fingerprint, sources[sub.assignment])
-            results[sub.key] = result
-            try:
-                jobs = _prepare(sub, sources[sub.assignment], gradebook, db_url, work / f"s{n}",
-                            result)
-            except Exception as exc:  # one odd submission must not stop the class
-                result["status"] = "invalid"
-                result["message"] = f"could not be prepared: {type(exc).__name__}: {exc}"
-                jobs = []
-            if not jobs:
-                _finish(sub, result, [], gradebook, db_url, out, summary)
-                bar.update(1)
-                continue
+    running = 0
+
+    def prepare_next() -> bool:
+        """Prepare one more submission; False when there is none left."""
+        step = next(upcoming, None)
+        if step is None:
+            return False
+        n, (sub, fingerprint) = step
+        result = results[sub.key] = _new_result(sub, fingerprint, sources[sub.assignment])
+        try:
+            jobs = _prepare(sub, sources[sub.assignment], gradebook, db_url, work / f"s{n}", result)
+        except Exception as exc:  # one odd submission must not stop the class
+            result["status"] = "invalid"
+            result["message"] = f"could not be prepared: {type(exc).__name__}: {exc}"
+            jobs = []
+        if jobs:
             pending[sub.key] = jobs
             queue.extend(jobs)
-        running = 0
-        while queue or running:
+        else:
+            _finish(sub, result, [], gradebook, db_url, out, summary)
+            bar.update(1)
+        return True
+
+    try:
+        more = True
+        while True:
+            while more and len(queue) < workers:
+                more = prepare_next()
             while queue and running < workers:
                 job = queue.pop(0)
-                key = f"{job.submission.key}::{job.notebook}"
-                cells = job.code_cells
-                server.submit(_child_job(key, cells, job.tmp, job.tmp / "workdir", limits))
+                server.submit(_child_job(f"{job.submission.key}::{job.notebook}", job.code_cells,
+                                         job.tmp, job.tmp / "workdir", limits))
                 running += 1
+            if more and len(queue) < workers:
+                more = prepare_next()  # ahead of time, while the children run
+            if not running:
+                if more or queue:
+                    continue
+                break
             for finished in server.wait():
                 running -= 1
                 sub_key, notebook = finished.job.key.split("::", 1)
                 jobs = pending[sub_key]
-                job = next(j for j in jobs if j.notebook == notebook)
-                job.finished = finished  # type: ignore[attr-defined]
-                if all(hasattr(j, "finished") for j in jobs):
-                    sub = jobs[0].submission
-                    try:
-                        _finish(sub, results[sub_key], jobs, gradebook, db_url, out, summary,
-                                sources[sub.assignment])
-                    except Exception as exc:  # a grader bug on one submission: say so, go on
-                        gradebook.db.rollback()
-                        res = results[sub_key]
-                        res.update(status="crashed", tests=[], score=0.0,
-                                   message=f"the grader failed on this submission: "
-                                   f"{type(exc).__name__}: {exc}")
-                        reports.write_results(out, res)
-                        summary.crashes += 1
-                    shutil.rmtree(jobs[0].tmp.parent, ignore_errors=True)
+                next(j for j in jobs if j.notebook == notebook).finished = finished
+                if all(j.finished is not None for j in jobs):
+                    del pending[sub_key]
+                    _finish_safely(jobs[0].submission, results.pop(sub_key), jobs, gradebook,
+                                   db_url, out, summary, sources)
                     bar.update(1)
     finally:
         bar.close()
+
+
+def _finish_safely(sub, result, jobs, gradebook, db_url, out, summary, sources) -> None:
+    try:
+        _finish(sub, result, jobs, gradebook, db_url, out, summary, sources[sub.assignment])
+    except Exception as exc:  # a grader bug on one submission: say so, go on with the rest
+        gradebook.db.rollback()
+        result.update(status="crashed", tests=[], score=0.0,
+                      message=f"the grader failed on this submission: {type(exc).__name__}: {exc}")
+        reports.write_results(out, result)
+        summary.crashes += 1
+    finally:
+        shutil.rmtree(jobs[0].tmp.parent, ignore_errors=True)
 
 
 def _new_result(sub: Submission, fingerprint: str, src: SourceAssignment) -> dict[str, Any]:
@@ -329,7 +358,7 @@ def _finish(sub: Submission, result: dict[str, Any], jobs: list[NotebookJob], gr
     gradebook.update_or_create_submission(sub.assignment, sub.student)
     messages = []
     for job in jobs:
-        finished: Finished = job.finished  # type: ignore[attr-defined]
+        finished = job.finished
         status, message = _run_status(finished, job.tmp)
         if status != "graded":
             result["status"] = status if result["status"] == "graded" else result["status"]
@@ -435,15 +464,18 @@ def _score_notebook(job: NotebookJob, finished: Finished,
             stderr = next((o for o in cell.outputs
                            if o.output_type == "stream" and o.name == "stderr"), None)
             verdict = rejudge(expected.get(grade_id, []), line.get("records", []), record_dir)
-            if error is not None:
+            if verdict and not verdict.missing:  # judged here, where no learner code runs
+                status, message = "failed", verdict.message
+                _fail(cell, message)
+            elif error is not None:  # the cell stopped (before its checks, or after them)
                 status = "failed" if error.ename == "AssertionError" else "error"
                 message = describe_error(error.ename, error.evalue)
+            elif verdict:  # no error, yet a check never reported: tampering or a lost record
+                status, message = "failed", verdict.message
+                _fail(cell, message)
             elif stderr is not None:
                 status = "failed"
                 message = "the test wrote to stderr (nbgrader scores that 0): " + stderr.text[:500]
-            elif verdict:
-                status, message = "failed", verdict
-                _fail(cell, verdict)
         points, max_points = utils.determine_grade(cell)
         if utils.is_solution(cell) and points is None:
             status, points = "needs_manual_grade", 0.0

@@ -17,10 +17,10 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 # gradcheck and the key-padding paths of nn.Transformer*Layer import these lazily (~0.5 s)
-import sympy  # noqa: E402,F401
-import torch.fx.experimental.symbolic_shapes  # noqa: E402,F401
 import IPython.core.interactiveshell  # noqa: E402,F401
 import matplotlib.pyplot  # noqa: E402,F401
+import sympy  # noqa: E402,F401
+import torch.fx.experimental.symbolic_shapes  # noqa: E402,F401
 
 import grader.autograde.execution  # noqa: E402,F401
 import grader.checks  # noqa: E402,F401

@@ -99,6 +99,7 @@ def child_main(job: ChildJob) -> None:
 
 def serve() -> None:
     """The fork server's loop: read jobs on stdin, fork, report starts and exits on stdout."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import grader.autograde.preload  # noqa: F401  (numpy, torch, IPython, the exercises)
 
     out = sys.stdout
@@ -114,7 +115,8 @@ def serve() -> None:
                 if not chunk:  # the parent has gone: take the children with us
                     for _, pid in children.values():
                         _kill_group(pid)
-                    return
+                    sys.stdout.flush()
+                    os._exit(0)  # no teardown of torch: nothing is left to clean up
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -170,11 +172,17 @@ class ForkServer:
         )
         self.running: dict[str, Running] = {}
         self._buffer = b""
-        event = self._read_event(timeout=120)
-        if not event or event.get("event") != "ready":
-            raise RuntimeError("the grading fork server did not start")
+        self._ready = False  # the server imports torch while the caller gets on with its work
+
+    def _wait_ready(self) -> None:
+        if not self._ready:
+            event = self._read_event(timeout=300)
+            if not event or event.get("event") != "ready":
+                raise RuntimeError("the grading fork server did not start")
+            self._ready = True
 
     def submit(self, job: ChildJob) -> None:
+        self._wait_ready()
         self.running[job.key] = Running(job, time.monotonic())
         line = json.dumps(asdict(job)) + "\n"
         self.process.stdin.write(line.encode())
