@@ -13,7 +13,6 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -523,7 +522,3 @@ def _save(job: NotebookJob, sub: Submission, gradebook: Gradebook, db_url: str, 
     # json, not nbformat.writes: the notebook was checked on the way in, and re-validating
     # every autograded notebook against the schema was a tenth of the parent's time
     reports.write_atomically(target, json.dumps(job.sanitized.nb, indent=1, ensure_ascii=False) + "\n")
-
-
-def elapsed(start: float) -> str:
-    return f"{time.monotonic() - start:.1f} s"

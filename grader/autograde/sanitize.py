@@ -33,14 +33,6 @@ class Sanitized:
     flagged_exercises: set[str] = field(default_factory=set)
 
 
-def grade_ids(nb: NotebookNode) -> list[str]:
-    return [
-        c.metadata.nbgrader["grade_id"]
-        for c in nb.cells
-        if "nbgrader" in c.metadata and c.metadata.nbgrader.get("grade_id")
-    ]
-
-
 def sanitize(
     nb: NotebookNode,
     source: NotebookNode,
@@ -115,7 +107,3 @@ def _visible(text: str) -> str:
     """A test cell's text without its hidden block, as the learner's copy shows it."""
     text = "".join(text) if isinstance(text, list) else text
     return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", text, flags=re.S).strip()
-
-
-def copy_notebook(nb: NotebookNode) -> NotebookNode:
-    return nbformat.from_dict(nbformat.from_dict(nb))
