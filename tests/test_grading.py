@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -78,6 +79,15 @@ def _submissions() -> dict[str, object]:
             "def softmax_jacobian(p):\n    return np.zeros((len(p), len(p)))\n")),
         "uses_reference": _with(solved, "softmax_jacobian", (
             "from grader.reference import softmax_jacobian\n")),
+        "reads_solutions": _with(solved, "softmax_jacobian", (
+            "import glob\nprint(glob.glob('/work/*/solutions/*'))\n"
+            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
+        "big_file": _with(solved, "softmax_jacobian", (
+            "with open('big.bin', 'wb') as handle:\n"
+            "    handle.write(b'0' * (200 * 2**20))\n")),
+        "snoop": _with(solved, "softmax_jacobian", (
+            "import os\nprint('CWD', os.getcwd(), sorted(os.listdir('.')))\n"
+            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
     }
     edited = nbformat.from_dict(solved)
     deleted = nbformat.from_dict(solved)
@@ -94,11 +104,15 @@ def _submissions() -> dict[str, object]:
             cell.cell_type = "markdown"
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
+    emptied = nbformat.from_dict(solved)
+    for cell in emptied.cells:
+        if grade_id(cell) == "test_softmax_jacobian":
+            cell.source = ""
     stub_edited = nbformat.from_dict(stub)
     for cell in stub_edited.cells:
         if grade_id(cell) == "test_softmax_jacobian":
             cell.source = "pass\n"
-    subs.update(edited_tests=edited, deleted_tests=deleted, duplicated_ids=duplicated,
+    subs.update(edited_tests=edited, emptied_tests=emptied, deleted_tests=deleted, duplicated_ids=duplicated,
                 retyped_test_cell=retyped, stub_edited_tests=stub_edited)
     return subs
 
@@ -216,7 +230,8 @@ def test_notebook_with_another_name_is_graded_with_a_note(graded):
 
 
 @pytest.mark.parametrize("student,note", [
-    ("edited_tests", "was edited"), ("deleted_tests", "was deleted"),
+    ("edited_tests", "was edited"), ("emptied_tests", "was emptied"),
+    ("deleted_tests", "was deleted"),
     ("duplicated_ids", "appeared 2 times"), ("retyped_test_cell", "type changed"),
 ])
 def test_tampered_test_cells_are_restored(graded, student, note):
@@ -242,6 +257,43 @@ def test_reference_use_is_flagged_and_scores_zero(graded):
     assert res["flags"] and "reference" in res["flags"][0]
     assert by_id(res)["test_softmax_jacobian"]["points"] == 0
     assert res["score"] == FULL - 2
+
+
+def test_reading_solutions_is_flagged(graded):
+    res = result(graded, "reads_solutions")
+    assert res["flags"] and by_id(res)["test_softmax_jacobian"]["points"] == 0
+
+
+def test_file_size_limit_fails_the_cell_not_the_run(graded):
+    res = result(graded, "big_file")
+    assert res["status"] == "graded"
+    assert by_id(res)["test_scaled_dot_product_attention"]["points"] == 2
+    assert by_id(res)["test_softmax_jacobian"]["points"] == 0
+    assert not list(graded["root"].rglob("big.bin"))
+
+
+def test_submission_runs_in_a_fresh_folder_without_grading_files(graded):
+    nb = nbformat.read(graded["out"] / "autograded" / "snoop" / A / f"{A}.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                      for o in c.outputs)
+    line = next(x for x in printed.splitlines() if x.startswith("CWD"))
+    assert str(graded["out"]) not in line and str(graded["submitted"]) not in line
+    assert "gradebook" not in line and "solutions" not in line and ".ipynb" not in line
+    assert result(graded, "snoop")["score"] == FULL
+
+
+def test_nbgrader_export_reads_our_gradebook(graded, tmp_path):
+    env = dict(__import__("os").environ)
+    env["PATH"] = str(Path(sys.executable).parent) + ":" + env.get("PATH", "")
+    exported = tmp_path / "export.csv"
+    run = subprocess.run(["nbgrader", "export", f"--CourseDirectory.root={graded['out']}",
+                          f"--CsvExportPlugin.to={exported}"],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    with open(exported, newline="") as handle:
+        rows = {r["student_id"]: r for r in csv.DictReader(handle)}
+    assert float(rows["correct"]["score"]) == FULL
+    assert float(rows["partial"]["score"]) == FULL - 2
 
 
 def test_gradebook_is_nbgraders(graded):
