@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
-from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grader.checks import check, judge
+from grader.checks import check
 from grader.exercises import get_exercise
 from grader.exercises.ch01 import EXERCISES
 from grader.reference.rnn import (
@@ -26,45 +23,11 @@ from grader.reference.rnn import (
     time_rnn_and_attention,
     train_copy_task,
 )
+from tests.spec_helpers import assert_bugs_caught, notebook_checks
 
 pytestmark = pytest.mark.ch01
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def notebook_checks(assignment: str) -> list[tuple[str, int, dict[str, Any]]]:
-    """Every ``check("name", fn, seed=..., **params)`` call in the source notebook's test cells."""
-    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    calls = []
-    for cell in nb.cells:
-        if not cell.metadata.get("nbgrader", {}).get("grade"):
-            continue
-        for node in ast.walk(ast.parse(cell.source)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
-                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-                calls.append((ast.literal_eval(node.args[0]), kwargs.pop("seed"), kwargs))
-    return calls
-
-
-def assert_bugs_caught(assignment: str, exercises: list) -> None:
-    """Each classic bug of each spec fails, and is named, in at least one of the notebook's cases."""
-    cases = notebook_checks(assignment)
-    for spec in exercises:
-        mine = [(seed, params) for name, seed, params in cases if name == spec.name]
-        assert mine, f"the notebook never checks {spec.name}"
-        for description, bug in spec.bugs.items():
-            named = False
-            for seed, params in mine:
-                inputs = spec.make_inputs(np.random.default_rng(seed), **params)
-                try:
-                    with np.errstate(all="ignore"):
-                        got = {k: np.asarray(v, dtype=np.float64) for k, v in bug(inputs).items()}
-                except Exception:
-                    continue
-                if got and description in judge(spec, params, inputs, got):
-                    named = True
-                    break
-            assert named, f"{spec.name}: no hidden case names the bug {description!r}"
 
 
 # ---------------------------------------------------------------- the recurrence

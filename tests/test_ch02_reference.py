@@ -20,7 +20,7 @@ from grader.reference.qkv import (
     project_qkv,
     pronoun_example,
 )
-from tests.test_ch01_reference import assert_bugs_caught, notebook_checks
+from tests.spec_helpers import assert_bugs_caught, notebook_checks
 
 pytestmark = pytest.mark.ch02
 

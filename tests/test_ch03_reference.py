@@ -130,3 +130,10 @@ def test_softmax_jacobian_equals_autograd(n, seed, scale):
 def test_softmax_jacobian_rejects_matrices():
     with pytest.raises(ValueError, match="vector"):
         softmax_jacobian(np.eye(2))
+
+
+def test_every_classic_bug_is_named_by_a_hidden_case():
+    from grader.exercises.ch03 import EXERCISES
+    from tests.spec_helpers import assert_bugs_caught
+
+    assert_bugs_caught("03_scaled_dot_product", EXERCISES)

@@ -17,7 +17,7 @@ from grader.reference.multi_head import (
     to_torch_multihead,
     torch_attn_mask,
 )
-from tests.test_ch01_reference import assert_bugs_caught, notebook_checks
+from tests.spec_helpers import assert_bugs_caught, notebook_checks
 
 pytestmark = pytest.mark.ch04
 

@@ -18,7 +18,7 @@ from grader.reference.transformer import (
     to_torch_decoder_layer,
     to_torch_encoder_layer,
 )
-from tests.test_ch01_reference import assert_bugs_caught, notebook_checks
+from tests.spec_helpers import assert_bugs_caught, notebook_checks
 
 pytestmark = pytest.mark.ch05
 
