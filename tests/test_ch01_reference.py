@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -27,7 +25,6 @@ from tests.spec_helpers import assert_bugs_caught, notebook_checks
 
 pytestmark = pytest.mark.ch01
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- the recurrence
