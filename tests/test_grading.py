@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.grading, pytest.mark.ch03, pytest.mark.xdist_group("gr
 
 A = "03_scaled_dot_product"
 FULL = 10.0
+JACOBIAN = "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n"  # correct
 
 
 def _solution_cells_only(nb):
@@ -65,10 +66,10 @@ def _submissions() -> dict[str, object]:
                           "import ctypes\nctypes.string_at(0)\n"),
         "lingering_child": _with(solved, "softmax_jacobian", (
             "import subprocess\nsubprocess.Popen(['sleep', '1000'])\n"
-            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
+            + JACOBIAN)),
         "huge_output": _with(solved, "softmax_jacobian", (
             "print('x' * 5_000_000)\n"
-            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
+            + JACOBIAN)),
         "monkeypatch": _with(stub, "softmax_jacobian", (
             "import numpy as np, torch, grader.checks as gc\n"
             "gc.judge = lambda *a, **k: ''\n"
@@ -81,39 +82,30 @@ def _submissions() -> dict[str, object]:
             "from grader.reference import softmax_jacobian\n")),
         "reads_solutions": _with(solved, "softmax_jacobian", (
             "import glob\nprint(glob.glob('/work/*/solutions/*'))\n"
-            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
+            + JACOBIAN)),
         "big_file": _with(solved, "softmax_jacobian", (
             "with open('big.bin', 'wb') as handle:\n"
             "    handle.write(b'0' * (200 * 2**20))\n")),
         "snoop": _with(solved, "softmax_jacobian", (
             "import os\nprint('CWD', os.getcwd(), sorted(os.listdir('.')))\n"
-            "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n")),
+            + JACOBIAN)),
     }
-    edited = nbformat.from_dict(solved)
     deleted = nbformat.from_dict(solved)
-    duplicated = nbformat.from_dict(solved)
-    retyped = nbformat.from_dict(stub)
-    for cell in edited.cells:
-        if grade_id(cell) == "test_softmax_jacobian":
-            cell.source = "pass\n"
     deleted.cells = [c for c in deleted.cells if grade_id(c) != "test_softmax_jacobian"]
+    duplicated = nbformat.from_dict(solved)
     copy = next(c for c in duplicated.cells if grade_id(c) == "test_softmax_jacobian")
     duplicated.cells.insert(3, nbformat.from_dict(copy))
+    retyped = nbformat.from_dict(stub)
     for cell in retyped.cells:
         if grade_id(cell) == "test_softmax_jacobian":
             cell.cell_type = "markdown"
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
-    emptied = nbformat.from_dict(solved)
-    for cell in emptied.cells:
-        if grade_id(cell) == "test_softmax_jacobian":
-            cell.source = ""
-    stub_edited = nbformat.from_dict(stub)
-    for cell in stub_edited.cells:
-        if grade_id(cell) == "test_softmax_jacobian":
-            cell.source = "pass\n"
-    subs.update(edited_tests=edited, emptied_tests=emptied, deleted_tests=deleted, duplicated_ids=duplicated,
-                retyped_test_cell=retyped, stub_edited_tests=stub_edited)
+    edited = _with(solved, "test_softmax_jacobian", "pass\n")
+    emptied = _with(solved, "test_softmax_jacobian", "")
+    stub_edited = _with(stub, "test_softmax_jacobian", "pass\n")
+    subs.update(edited_tests=edited, emptied_tests=emptied, deleted_tests=deleted,
+                duplicated_ids=duplicated, retyped_test_cell=retyped, stub_edited_tests=stub_edited)
     return subs
 
 
@@ -350,7 +342,7 @@ def test_interrupted_run_keeps_results_and_resumes(tmp_path):
     solved = _solution_cells_only(None)
     slow = _with(solved, "softmax_jacobian", (
         "import time\ntime.sleep(3)\n"
-        "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n"))
+        + JACOBIAN))
     for n in range(6):
         folder = submitted / f"s{n}" / A
         folder.mkdir(parents=True)
