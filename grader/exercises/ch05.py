@@ -42,16 +42,8 @@ from grader.reference.transformer import (
 FLOAT_MASK = "a float mask: build it with dtype=torch.bool (True = may attend)"
 
 
-def as_array(mask: Any) -> Any:
-    """A learner's mask tensor as a NumPy array that keeps its dtype, so that a float mask is
-    told apart from a bool one (spec.to_numpy turns every tensor into float64)."""
-    if isinstance(mask, torch.Tensor):
-        return mask.detach().cpu().numpy()
-    return mask
-
-
 def _mask_bug(fn):
-    return lambda inputs: {"mask": as_array(fn(inputs))}
+    return lambda inputs: {"mask": fn(inputs)}  # spec.to_numpy keeps bool apart from float
 
 
 CAUSAL_BUGS = {
@@ -499,16 +491,16 @@ EXERCISES = [
     Exercise(
         name="causal_mask",
         make_inputs=lambda rng, n=5: {"n": n},
-        call=lambda fn, i: {"mask": as_array(fn(i["n"]))},
-        reference=lambda i: {"mask": as_array(causal_mask(i["n"]))},
+        call=lambda fn, i: {"mask": fn(i["n"])},
+        reference=lambda i: {"mask": causal_mask(i["n"])},
         bugs=CAUSAL_BUGS,
         describe=lambda p: f"n={p.get('n', 5)}",
     ),
     Exercise(
         name="padding_mask",
         make_inputs=make_padding_inputs,
-        call=lambda fn, i: {"mask": as_array(fn(torch.from_numpy(i["lengths"]), i["max_len"]))},
-        reference=lambda i: {"mask": as_array(_padding(i))},
+        call=lambda fn, i: {"mask": fn(torch.from_numpy(i["lengths"]), i["max_len"])},
+        reference=lambda i: {"mask": _padding(i)},
         bugs=PADDING_BUGS,
         hints=padding_hints,
         describe=lambda p: f"lengths={list(p.get('lengths', (3, 5, 1)))}, max_len={p.get('max_len', 6)}",
