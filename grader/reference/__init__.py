@@ -4,6 +4,11 @@ Narrative pages, figures and hidden tests import from here; learners' notebooks 
 except for locked setup cells that provide earlier chapters' pieces.
 """
 
+from grader.reference.at_scale import (
+    CachedSelfAttention,
+    KVCache,
+    online_softmax_attention,
+)
 from grader.reference.multi_head import MultiHeadAttention, merge_heads, split_heads
 from grader.reference.qkv import attend, dot_product_attention, dot_scores, project_qkv
 from grader.reference.rnn import jacobian_norms, rnn_forward, rnn_step
@@ -16,6 +21,9 @@ from grader.reference.transformer import DecoderLayer, EncoderLayer, causal_mask
 
 __all__ = [
     "attend",
+    "CachedSelfAttention",
+    "KVCache",
+    "online_softmax_attention",
     "dot_product_attention",
     "dot_scores",
     "jacobian_norms",
