@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="nbgrader source directory (default: this course's solutions/)")
     grade.add_argument("--db", default=None, help="SQLAlchemy URL (default OUT/gradebook.db)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    grade.add_argument("--accept-weak-isolation", action="store_true",
+                       help="grade even where submissions cannot be confined (no root and no user "
+                            "namespaces); every results.json then says so (see SECURITY.md)")
     return parser
 
 
@@ -73,15 +76,37 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: the {what} {folder} is not a directory", file=sys.stderr)
                 return 2
         start = time.monotonic()
-        from grader.autograde.sandbox import ForkServer
-
-        server = ForkServer()  # start it first: its imports overlap with ours below
-        from grader.autograde.pipeline import SourceError, autograde
+        from grader.autograde.sandbox import (
+            ForkServer,
+            IsolationUnavailable,
+            choose_isolation,
+            grading_config,
+        )
 
         try:
-            summary = autograde(args.submitted, args.out, args.source, db_url=args.db,
-                                workers=args.workers, timeout=args.timeout,
-                                progress=not args.quiet, server=server)
+            isolation = choose_isolation(args.accept_weak_isolation)
+        except IsolationUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        import tempfile
+
+        work = Path(tempfile.mkdtemp(prefix="attention-grading-"))
+        secrets = [args.submitted, args.out, args.source, work]
+        if args.db and args.db.startswith("sqlite:///"):
+            secrets.append(Path(args.db[len("sqlite:///"):]))
+        # start the server first: its imports overlap with ours below
+        server = ForkServer(grading_config(isolation, secrets))
+        from grader.autograde.pipeline import GradeOptions, SourceError, autograde
+
+        options = GradeOptions(db_url=args.db, workers=args.workers, timeout=args.timeout,
+                               progress=not args.quiet)
+        try:
+            summary = autograde(args.submitted, args.out, args.source, options=options,
+                                server=server, work=work)
+        except IsolationUnavailable as exc:
+            print(f"error: the grading sandbox cannot start here: {exc}\n"
+                  "rerun with --accept-weak-isolation to grade without confinement", file=sys.stderr)
+            return 2
         except SourceError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

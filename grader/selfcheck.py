@@ -7,17 +7,20 @@ message of its check. Only the tests in the learner's copy run; grading adds hid
 
 from __future__ import annotations
 
-import json
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.autograde.judging import describe_error
-from grader.autograde.sandbox import ChildJob, ForkServer, Limits
+from grader.autograde.cells import describe_error, first_error, is_test_cell, stderr_text
+from grader.autograde.child_report import read_report
+from grader.autograde.sandbox import ChildJob, ForkServer, Isolation, Limits, ServerConfig, write_job_cells
 
 
 @dataclass(frozen=True)
 class TestOutcome:
+    __test__ = False  # not a pytest test class
+
     grade_id: str
     points: float
     max_points: float
@@ -25,14 +28,13 @@ class TestOutcome:
     message: str
 
 
-def _is_test(cell: dict) -> bool:
-    meta = cell.get("metadata", {}).get("nbgrader") or {}
-    return bool(meta.get("grade")) and not meta.get("solution")
-
-
 def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
-    """Run ``path`` in a fresh child process; one outcome per test cell, in order."""
-    server = ForkServer()  # starts importing torch while we read the notebook
+    """Run ``path`` in a fresh child process; one outcome per test cell, in order.
+
+    The learner's own code on their own machine: no confinement, only limits, and the same
+    rules as the grader for deciding that a test cell passed (``grader.autograde.cells``).
+    """
+    server = ForkServer(ServerConfig(Isolation.NONE))  # imports torch while we read the notebook
     from grader.autograde.submissions import read_notebook
 
     try:
@@ -41,43 +43,35 @@ def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
         server.close()
         raise
     cells = {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}
-    with tempfile.TemporaryDirectory(prefix="attention-check-") as tmp, server:
-        results = Path(tmp) / "results.jsonl"
-        server.submit(ChildJob(
-            key="check", cells=[(i, c.source) for i, c in cells.items()],
-            workdir=str(path.resolve().parent), results_file=str(results), record_dir=None,
-            log_file=str(Path(tmp) / "child.log"),
-            limits=Limits(timeout=timeout, file_bytes=2**30),
-        ))
-        finished = []
-        while not finished:
-            finished = server.wait()
-        lines = {}
-        if results.exists():
-            for raw in results.read_text(encoding="utf-8").splitlines():
-                line = json.loads(raw)
-                lines[line["index"]] = line
+    folder = Path(tempfile.mkdtemp(prefix="attention-check-"))
+    try:
+        with server:
+            write_job_cells(folder, [(i, c.source, False) for i, c in cells.items()])
+            (folder / "home").rmdir()
+            (folder / "home").symlink_to(path.resolve().parent)  # the notebook's own folder
+            finished = server.run(ChildJob("check", str(folder),
+                                           Limits(timeout=timeout, file_bytes=2**30), record=False))
+            report = read_report(folder / "report")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     outcomes = []
     for index, cell in cells.items():
-        if not _is_test(cell):
+        if not is_test_cell(cell):
             continue
         grade_id = cell.metadata.nbgrader["grade_id"]
         max_points = float(cell.metadata.nbgrader.get("points", 0))
-        line = lines.get(index)
+        line = report.get(index)
         if line is None:
-            why = "timed out" if finished[0].timed_out else "the notebook stopped before it"
+            why = "timed out" if finished.timed_out else "the notebook stopped before it"
             outcomes.append(TestOutcome(grade_id, 0.0, max_points, False, f"did not run: {why}"))
             continue
-        cell.outputs = line["outputs"]
-        error = next((o for o in line["outputs"] if o["output_type"] == "error"), None)
-        stderr = next((o for o in line["outputs"] if o["output_type"] == "stream"
-                       and o["name"] == "stderr"), None)
+        error, stderr = first_error(line.outputs), stderr_text(line.outputs)
         if error is not None:
             message = describe_error(error["ename"], error["evalue"])
             outcomes.append(TestOutcome(grade_id, 0.0, max_points, False, message))
         elif stderr is not None:
             outcomes.append(TestOutcome(grade_id, 0.0, max_points, False,
-                                        "wrote to stderr, which scores 0: " + stderr["text"][:300]))
+                                        "wrote to stderr, which scores 0: " + stderr[:300]))
         else:
             outcomes.append(TestOutcome(grade_id, max_points, max_points, True, ""))
     return outcomes

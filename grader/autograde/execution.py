@@ -1,9 +1,13 @@
 """Running a notebook's code cells inside the child process (the learner's code runs here).
 
 An IPython shell executes each cell as a Jupyter kernel would (magics, the value of the last
-expression, tracebacks), and every cell's outputs are appended to a JSON-lines file as soon
-as the cell ends, so that a crash or a timeout later on loses nothing already done. Check
-records (the learner's raw arrays) go next to it as ``.npz`` files, written without pickle.
+expression, tracebacks), and every cell's outputs, with the raw arrays its ``check`` calls
+received, are written to the report descriptor as soon as the cell ends
+(``child_report``), so that a crash or a timeout later on loses nothing already done.
+
+Test cells run without a trace the learner's code could read back: no history (``In``,
+``_ih``), no source registered for ``inspect``/``linecache``, so tracebacks never quote them.
+Nothing here decides anything; the parent judges what the report says.
 """
 
 from __future__ import annotations
@@ -13,19 +17,21 @@ import json
 import sys
 import types
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from grader.autograde.child_report import MAX_RECORD_ELEMENTS, encode_arrays, write_line
+
 MAX_STREAM_CHARS = 20_000  # per cell and stream; more is cut with a note
-MAX_RECORD_ELEMENTS = 5_000_000
+MAX_ERROR_CHARS = 2_000  # an exception's text, as echoed into feedback
 
 
 @dataclass(frozen=True)
 class CellJob:
     index: int  # position in the sanitized notebook
     source: str
+    hidden: bool = False  # a test cell: run without leaving its source anywhere readable
 
 
 class BoundedStream(io.TextIOBase):
@@ -115,62 +121,85 @@ def _jsonable(data: Any) -> Any:
         return {k: str(v) for k, v in dict(data).items()}
 
 
-def execute_cells(cells: list[CellJob], results_file: Path, record_dir: Path | None) -> None:
-    """Run ``cells`` in order, appending one JSON line per finished cell to ``results_file``."""
-    from grader import recording
+def _recording_module() -> Any:
+    """The learner package's recorder (the same module the notebook's ``check`` reports to)."""
+    try:
+        from attention_learner import recording
+    except ImportError:  # an older checkout without the learner package
+        from grader import recording
+    return recording
 
-    recorder = recording.start_recording() if record_dir is not None else None
+
+def _uncached(shell: Any) -> Any:
+    """A replacement for IPython's CachingCompiler.cache that keeps no copy of the source."""
+    counter = iter(range(1, 1 << 62))
+
+    def cache(transformed_code: str, number: int = 0, raw_code: str | None = None) -> str:
+        return f"<test cell {next(counter)}>"
+
+    return cache
+
+
+def execute_cells(cells: list[CellJob], report_fd: int, record: bool) -> None:
+    """Run ``cells`` in order, writing one report line per finished cell to ``report_fd``."""
+    recorder = _recording_module().start_recording() if record else None
     run_cell = _bound_run_cell()
     shell = _make_shell()
+    caching = shell.compile.cache
+    hidden_cache = _uncached(shell)
     real_stdout, real_stderr = sys.stdout, sys.stderr
-    with open(results_file, "a", encoding="utf-8") as results:
-        for cell in cells:
-            stdout, stderr = BoundedStream("stdout"), BoundedStream("stderr")
-            shell.collected = []
-            if recorder is not None:
-                recorder.current_cell = cell.index
-            sys.stdout, sys.stderr = stdout, stderr
-            failure: BaseException | None = None
-            try:
-                outcome = run_cell(shell, cell.source, store_history=True)
-                failure = outcome.error_before_exec or outcome.error_in_exec
-            except BaseException as exc:  # noqa: BLE001 - the learner's code may raise anything
-                failure = exc
-            finally:
-                sys.stdout, sys.stderr = real_stdout, real_stderr
-            if failure is not None and not any(o["output_type"] == "error" for o in shell.collected):
-                # The traceback display was silenced (a known cheat patches showtraceback):
-                # the cell's own result still says it failed, as a kernel's reply status would.
-                shell.collected.append(
-                    {"output_type": "error", "ename": type(failure).__name__,
-                     "evalue": str(failure), "traceback": []}
-                )
-            outputs = [
-                {"output_type": "stream", "name": s.name, "text": s.text()}
-                for s in (stdout, stderr) if s.size or s.dropped
-            ] + shell.collected
-            line = {"index": cell.index, "outputs": outputs, "records": []}
-            if recorder is not None and record_dir is not None:
-                line["records"] = _save_records(recorder.records.pop(cell.index, []), record_dir, cell.index)
-            results.write(json.dumps(line) + "\n")
-            results.flush()
+    for cell in cells:
+        stdout, stderr = BoundedStream("stdout"), BoundedStream("stderr")
+        shell.collected = []
+        if recorder is not None:
+            recorder.current_cell = cell.index
+        shell.compile.cache = hidden_cache if cell.hidden else caching
+        sys.stdout, sys.stderr = stdout, stderr
+        failure: BaseException | None = None
+        try:
+            outcome = run_cell(shell, cell.source, store_history=not cell.hidden)
+            failure = outcome.error_before_exec or outcome.error_in_exec
+        except BaseException as exc:  # noqa: BLE001 - the learner's code may raise anything
+            failure = exc
+        finally:
+            sys.stdout, sys.stderr = real_stdout, real_stderr
+        if failure is not None and not any(o["output_type"] == "error" for o in shell.collected):
+            # The traceback display was silenced (a known cheat patches showtraceback):
+            # the cell's own result still says it failed, as a kernel's reply status would.
+            shell.collected.append(
+                {"output_type": "error", "ename": type(failure).__name__,
+                 "evalue": str(failure), "traceback": []}
+            )
+        outputs = [
+            {"output_type": "stream", "name": s.name, "text": s.text()}
+            for s in (stdout, stderr) if s.size or s.dropped
+        ] + [_bounded(o) for o in shell.collected]
+        records = recorder.records.pop(cell.index, []) if recorder is not None else []
+        write_line(report_fd, {"index": cell.index, "outputs": outputs,
+                               "records": [_encode_record(r) for r in records]})
 
 
-def _save_records(records: list, record_dir: Path, cell_index: int) -> list[dict]:
-    saved = []
-    for k, rec in enumerate(records):
-        entry = {"exercise": rec.exercise, "seed": rec.seed, "params": _jsonable_params(rec.params),
-                 "error": rec.error, "file": None}
-        if rec.outputs is not None:
+def _bounded(output: dict) -> dict:
+    """Error texts cut to MAX_ERROR_CHARS: the learner chooses them, the feedback echoes them."""
+    if output.get("output_type") != "error":
+        return output
+    return {**output, "evalue": str(output.get("evalue", ""))[:MAX_ERROR_CHARS],
+            "traceback": [str(t)[:MAX_ERROR_CHARS] for t in output.get("traceback", [])[:50]]}
+
+
+def _encode_record(rec: Any) -> dict:
+    entry = {"exercise": rec.exercise, "seed": rec.seed, "params": _jsonable_params(rec.params),
+             "error": str(rec.error)[:MAX_ERROR_CHARS], "arrays": None}
+    if rec.outputs is not None:
+        try:
             arrays = {key: np.asarray(v) for key, v in rec.outputs.items()}
             if sum(a.size for a in arrays.values()) > MAX_RECORD_ELEMENTS:
                 entry["error"] = "the output is far larger than the case asks for"
             else:
-                path = record_dir / f"cell{cell_index}_check{k}.npz"
-                np.savez(path, **arrays)
-                entry["file"] = path.name
-        saved.append(entry)
-    return saved
+                entry["arrays"] = encode_arrays(arrays)
+        except (TypeError, ValueError) as exc:
+            entry["error"] = f"the output could not be read as numbers: {exc}"[:MAX_ERROR_CHARS]
+    return entry
 
 
 def _jsonable_params(params: dict) -> dict:

@@ -1,20 +1,23 @@
 """The autograde run: discover, sanitize, execute in the sandbox, judge, score, report.
 
-The parent process never runs the learner's code. It prepares one job per submitted
-notebook, hands it to the fork server, and, as jobs finish, turns their outputs into grades
-with nbgrader's rules, re-judging every check itself. Results are written per submission,
-atomically, as soon as it is done, so an interrupted run loses nothing already graded, and a
-re-run skips every submission whose files (and source) have not changed.
+The parent process never runs the learner's code and never takes a verdict from it. It
+prepares one job per submitted notebook in a folder no other job can see, hands it to the
+fork server (which confines the child), reads the child's report through the validating
+reader, re-judges every check from raw arrays, and decides each test cell's points itself:
+a test earns its points only if its cell ran without error and every check it must make
+passed here. Results are written per submission, atomically, as soon as it is done, so an
+interrupted run loses nothing already graded, and a re-run skips every submission whose
+files, source and grader code have not changed (and retries timeouts and crashes).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import tempfile
-import warnings
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,19 +28,83 @@ from nbgrader import utils
 from nbgrader.api import Gradebook
 
 from grader.autograde import reports
+from grader.autograde.cells import (
+    Status,
+    TestStatus,
+    describe_error,
+    exercise_of,
+    first_error,
+    is_test_cell,
+    stderr_text,
+)
+from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
 from grader.autograde.gradebook import SharedSaveAutoGrades, open_gradebook
-from grader.autograde.judging import ExpectedCheck, describe_error, expected_checks, rejudge
-from grader.autograde.sandbox import ChildJob, Finished, ForkServer, Limits
+from grader.autograde.judging import ExpectedCheck, expected_checks, rejudge
+from grader.autograde.sandbox import ChildJob, Finished, ForkServer, Isolation, Limits, write_job_cells
 from grader.autograde.sanitize import Sanitized, sanitize
 from grader.autograde.submissions import (
     InvalidNotebook,
     Submission,
+    code_fingerprint,
     find_submissions,
     folder_fingerprint,
     read_notebook,
 )
-from grader.exercises import all_exercises
 from grader.nbgrader_course import generate_assignment, temporary_course
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    db_url: str | None = None  # default: OUT/gradebook.db
+    workers: int = 2
+    timeout: float = 60.0
+    progress: bool = True
+
+
+@dataclass
+class TestResult:
+    notebook: str
+    grade_id: str
+    points: float
+    max_points: float
+    status: TestStatus
+    message: str = ""
+
+    @property
+    def exercise(self) -> str:
+        return exercise_of(self.grade_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"notebook": self.notebook, "grade_id": self.grade_id, "exercise": self.exercise,
+                "points": self.points, "max_points": self.max_points, "status": str(self.status),
+                "message": self.message}
+
+
+@dataclass
+class SubmissionResult:
+    student_id: str
+    assignment: str
+    fingerprint: str
+    isolation: str
+    status: Status = Status.GRADED
+    message: str = ""
+    flags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tests: list[TestResult] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.points for t in self.tests), 6)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(t.max_points for t in self.tests), 6)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"student_id": self.student_id, "assignment": self.assignment, "score": self.score,
+                "max_score": self.max_score, "status": str(self.status), "message": self.message,
+                "flags": self.flags, "notes": self.notes, "isolation": self.isolation,
+                "tests": [t.to_json() for t in self.tests], "fingerprint": self.fingerprint}
 
 
 @dataclass
@@ -45,8 +112,8 @@ class SourceAssignment:
     name: str
     folder: Path
     notebooks: dict[str, NotebookNode]  # name -> the source notebook (solutions, hidden tests)
+    fingerprint: str
     expected: dict[str, dict[str, list[ExpectedCheck]]] = field(default_factory=dict)
-    fingerprint: str = ""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -59,8 +126,7 @@ class NotebookJob:
     submission: Submission
     notebook: str
     sanitized: Sanitized
-    code_cells: dict[int, NotebookNode]
-    tmp: Path  # holds workdir/, results.jsonl, records/, child.log
+    job: ChildJob
     finished: Finished | None = None
 
 
@@ -72,436 +138,390 @@ class Summary:
     timeouts: int = 0
     crashes: int = 0
     invalid: int = 0
-    flagged: int = 0
 
     def line(self) -> str:
         return (
             f"{self.graded} graded, {self.skipped} unchanged (kept), {self.failed_tests} failed "
-            f"tests, {self.timeouts} timeouts, {self.crashes} crashes, {self.invalid} invalid, "
-            f"{self.flagged} flagged"
+            f"tests, {self.timeouts} timeouts, {self.crashes} crashes, {self.invalid} invalid"
         )
 
+    def count(self, result: SubmissionResult) -> None:
+        attribute = {Status.GRADED: "graded", Status.TIMEOUT: "timeouts", Status.CRASHED: "crashes",
+                     Status.INVALID: "invalid"}[result.status]
+        setattr(self, attribute, getattr(self, attribute) + 1)
+        self.failed_tests += sum(t.status in (TestStatus.FAILED, TestStatus.ERROR, TestStatus.TIMEOUT,
+                                              TestStatus.NOT_RUN) for t in result.tests)
 
-def exercise_of(grade_id: str) -> str:
-    """test_<name> or test_<name>__<aspect> -> <name>; other ids are their own exercise."""
-    name = grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id
-    return name.split("__", 1)[0]
+
+class Run:
+    """One autograde run: its source, its outputs, its server, and a counter for job ids."""
+
+    def __init__(self, source: Path, out: Path, work: Path, server: ForkServer,
+                 gradebook: Gradebook, db_url: str, limits: Limits) -> None:
+        self.out, self.work, self.server = out, work, server
+        self.gradebook, self.db_url, self.limits = gradebook, db_url, limits
+        self.isolation = str(server.config.isolation)
+        self._ids = iter(range(1, 1 << 62))
+        self.code = code_fingerprint()
+        self.sources = {
+            p.name: SourceAssignment(
+                p.name, p, {nb.stem: read_notebook(nb) for nb in sorted(p.glob("*.ipynb"))},
+                folder_fingerprint(p))
+            for p in sorted(source.iterdir()) if p.is_dir() and not p.is_symlink() and any(p.glob("*.ipynb"))
+        }
+
+    def new_job(self, cells: dict[int, NotebookNode], files: list[tuple[Path, Path]]) -> ChildJob:
+        """A job folder only the parent and that one child will ever see."""
+        job_id = f"j{next(self._ids)}"
+        folder = self.work / "jobs" / job_id
+        write_job_cells(folder, [(i, c.source, is_test_cell(c)) for i, c in cells.items()])
+        _copy_beside_files(folder / "home", files)
+        return ChildJob(job_id, str(folder), self.limits)
 
 
-def autograde(
-    submitted: Path,
-    out: Path,
-    source: Path,
-    db_url: str | None = None,
-    workers: int = 2,
-    timeout: float = 60.0,
-    progress: bool = True,
-    server: ForkServer | None = None,
-) -> Summary:
-    """Grade every submission under ``submitted`` against ``source``; see DESIGN.md.
+def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions,
+              server: ForkServer, work: Path) -> Summary:
+    """Grade every submission under ``submitted`` against ``source``; see ARCHITECTURE.md.
 
-    ``server`` may be a ForkServer the caller started early, so that its imports overlap
-    with the caller's own; it is closed at the end either way.
+    ``server`` is a ForkServer the caller started early (its imports overlap with ours) and
+    ``work`` the private folder it hides from every child; both are closed/removed here.
     """
-    # nbgrader's gradebook API trips SQLAlchemy 2's autoflush warnings; they are noise here
-    warnings.filterwarnings("ignore", module="nbgrader")
-    warnings.filterwarnings("ignore", message=".*not in session.*")
     out.mkdir(parents=True, exist_ok=True)
-    db_url = db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"
-    limits = Limits(timeout=timeout)
-    names = sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
-    sources = {n: _load_source(source / n) for n in names}
-    submissions = find_submissions(submitted, {n: sorted(s.notebooks) for n, s in sources.items()})
+    db_url = options.db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"
     summary = Summary()
-    wanted = {s.assignment for s in submissions}
-    server = server or ForkServer()  # loads torch on the other core while we prepare
-    work = Path(tempfile.mkdtemp(prefix="attention-grading-"))
     try:
-        with temporary_course(source, db_url) as api:
-            for name in sorted(wanted):
-                generate_assignment(api, name)  # records notebooks and grade cells
-        all_exercises()  # the parent judges checks: load every chapter's specs now
-        with server, open_gradebook(db_url) as gradebook:
-            for name in sorted(wanted):
-                _solution_run(server, sources[name], work, limits)
+        with open_gradebook(db_url) as gradebook:
+            run = Run(source, out, work, server, gradebook, db_url, Limits(timeout=options.timeout))
+            notebooks = {n: sorted(s.notebooks) for n, s in run.sources.items()}
+            submissions = find_submissions(submitted, notebooks)
+            wanted = sorted({s.assignment for s in submissions if s.assignment in run.sources})
+            with temporary_course(source, db_url) as api:
+                for name in wanted:
+                    generate_assignment(api, name)  # records notebooks and grade cells
+            server.wait_ready()
+            for name in wanted:
+                _solution_run(run, run.sources[name])
             todo = []
             for sub in submissions:
-                sub_fp = sub.fingerprint(sources[sub.assignment].fingerprint)
-                previous = out / sub.student / sub.assignment / "results.json"
-                if _unchanged(previous, sub_fp):
-                    summary.skipped += 1
+                if sub.unsafe_id:  # no folder of OUT may carry this name: a row in grades.csv only
+                    summary.invalid += 1
                     continue
-                todo.append((sub, sub_fp))
-            _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, workers,
-                       summary, progress)
+                fingerprint = sub.fingerprint(run.sources[sub.assignment].fingerprint + run.code)
+                if _unchanged(out / sub.student / sub.assignment / "results.json", fingerprint):
+                    summary.skipped += 1
+                else:
+                    todo.append((sub, fingerprint))
+            _grade_all(run, todo, options, summary)
     finally:
         server.close()
         shutil.rmtree(work, ignore_errors=True)
-        reports.write_grades_csv(out, _results_for(out, submissions))
+        if "submissions" in locals():
+            reports.write_grades_csv(out, _results_for(out, submissions),
+                                     [_invalid_id_row(s) for s in submissions if s.unsafe_id])
     return summary
 
 
-def _results_for(out: Path, submissions: Iterable[Submission]) -> list[dict[str, Any]]:
-    keys = {(s.student, s.assignment) for s in submissions}
-    return [r for r in reports.read_results(out) if (r["student_id"], r["assignment"]) in keys]
+def _invalid_id_row(sub: Submission) -> dict[str, Any]:
+    return {"student_id": sub.student, "assignment": sub.assignment, "score": 0.0, "max_score": 0.0,
+            "status": str(Status.INVALID), "message": sub.problem, "tests": []}
+
+
+def _results_for(out: Path, submissions: list[Submission]) -> list[dict[str, Any]]:
+    keys = {(s.student, s.assignment) for s in submissions if not s.unsafe_id}
+    return [r for r in reports.read_results(out) if (r.get("student_id"), r.get("assignment")) in keys]
 
 
 def _unchanged(previous: Path, fingerprint: str) -> bool:
+    """Kept only when graded (or invalid) from the very same files, source and grader code."""
     try:
-        return json.loads(previous.read_text(encoding="utf-8")).get("fingerprint") == fingerprint
+        data = json.loads(previous.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-
-
-def _load_source(folder: Path) -> SourceAssignment:
-    notebooks = {p.stem: read_notebook(p) for p in sorted(folder.glob("*.ipynb"))}
-    return SourceAssignment(folder.name, folder, notebooks, fingerprint=folder_fingerprint(folder))
+    return data.get("fingerprint") == fingerprint and data.get("status") in (Status.GRADED, Status.INVALID)
 
 
 def _code_cells(nb: NotebookNode) -> dict[int, NotebookNode]:
     return {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}
 
 
-def _prepare_workdir(tmp: Path, source_folder: Path, submission_folder: Path | None) -> Path:
-    """A fresh directory with the files beside the notebooks (the source's win, as in nbgrader)."""
-    workdir = tmp / "workdir"
-    for folder in (submission_folder, source_folder):
+def _beside_files(*folders: Path | None) -> list[tuple[Path, Path]]:
+    """(relative path, file) of the files beside the notebooks; later folders win (the source's).
+
+    Symlinks are never followed: a submission cannot point the grader at another file.
+    """
+    chosen: dict[Path, Path] = {}
+    for folder in folders:
         if folder is None:
             continue
-        for path in folder.rglob("*"):
-            relative = path.relative_to(folder)
-            if path.is_file() and path.suffix != ".ipynb" and not path.is_symlink():
-                (workdir / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, workdir / relative)
-    workdir.mkdir(parents=True, exist_ok=True)
-    return workdir
+        for path in _walk_no_symlinks(folder):
+            if path.suffix != ".ipynb":
+                chosen[path.relative_to(folder)] = path
+    return sorted(chosen.items())
 
 
-def _child_job(
-    key: str, cells: dict[int, NotebookNode], tmp: Path, workdir: Path, limits: Limits
-) -> ChildJob:
-    (tmp / "records").mkdir(parents=True, exist_ok=True)
-    return ChildJob(
-        key=key,
-        cells=[(i, c.source) for i, c in cells.items()],
-        workdir=str(workdir),
-        results_file=str(tmp / "results.jsonl"),
-        record_dir=str(tmp / "records"),
-        log_file=str(tmp / "child.log"),
-        limits=limits,
-    )
+def _walk_no_symlinks(folder: Path) -> Iterator[Path]:
+    for entry in sorted(folder.iterdir()):
+        if entry.is_symlink():
+            continue
+        if entry.is_dir():
+            yield from _walk_no_symlinks(entry)
+        elif entry.is_file():
+            yield entry
 
 
-def _read_lines(tmp: Path) -> dict[int, dict]:
-    """The child's result lines by cell index (the last line wins); broken lines are ignored."""
-    lines: dict[int, dict] = {}
-    path = tmp / "results.jsonl"
-    if not path.exists():
-        return lines
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for raw in handle:
-            try:
-                line = json.loads(raw)
-                lines[int(line["index"])] = line
-            except (ValueError, KeyError, TypeError):
-                continue
-    return lines
+def _copy_beside_files(home: Path, files: list[tuple[Path, Path]]) -> None:
+    for relative, source in files:
+        target = home / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target, follow_symlinks=False)
 
 
-def _solution_run(server: ForkServer, src: SourceAssignment, work: Path, limits: Limits) -> None:
-    """Run each source notebook once to learn which checks each test cell makes."""
+def _solution_run(run: Run, src: SourceAssignment) -> None:
+    """Run each source notebook once, confined like any submission, to learn each test's checks."""
     for name, nb in src.notebooks.items():
-        tmp = work / "solution" / src.name / name
-        workdir = _prepare_workdir(tmp, src.folder, None)
         cells = _code_cells(nb)
-        server.submit(_child_job(f"solution:{src.name}/{name}", cells, tmp, workdir, limits))
-        finished = []
-        while not finished:
-            finished = server.wait()
-        lines = _read_lines(tmp)
-        grade_id_of = {i: c.metadata.nbgrader["grade_id"] for i, c in cells.items()
-                       if utils.is_grade(c) and not utils.is_solution(c)}
-        failing = sorted(grade_id_of[i] for i, line in lines.items() if i in grade_id_of
-                         and any(o["output_type"] == "error" for o in line["outputs"]))
-        if finished[0].timed_out or len(lines) < len(cells):
+        finished = run.server.run(run.new_job(cells, _beside_files(src.folder)))
+        report = read_report(Path(finished.job.folder) / "report")
+        grade_id_of = {i: c.metadata.nbgrader["grade_id"] for i, c in cells.items() if is_test_cell(c)}
+        if finished.timed_out or len(report) < len(cells):
+            log = (Path(finished.job.folder) / "log").read_text(errors="replace")[-1500:]
             raise SourceError(f"the source notebook {src.name}/{name}.ipynb did not run to the end "
-                              "in the grader; fix the source first")
+                              f"in the grader; fix the source first{': ' + log if log else ''}")
+        failing = sorted(grade_id_of[i] for i, cell in report.items()
+                         if i in grade_id_of and first_error(cell.outputs))
         if failing:  # nbgrader grades such a source anyway; so do we, on its rule alone
             src.warnings.append(f"{name}.ipynb: the source's own tests fail ({', '.join(failing)})"
                                 "; those tests are graded by nbgrader's rule only")
         src.expected[name] = expected_checks(
-            [line for i, line in lines.items() if grade_id_of.get(i) not in failing],
-            grade_id_of,
-        )
+            {i: c for i, c in report.items() if grade_id_of.get(i) not in failing}, grade_id_of)
+        shutil.rmtree(finished.job.folder, ignore_errors=True)
 
 
-def _grade_all(server, gradebook, todo, sources, out, db_url, work, limits, workers, summary,
-               progress) -> None:
+def _grade_all(run: Run, todo: list[tuple[Submission, str]], options: GradeOptions,
+               summary: Summary) -> None:
     """Keep ``workers`` children busy; prepare the next submissions while they run."""
     from tqdm import tqdm
 
-    bar = tqdm(total=len(todo), unit="sub", disable=not progress, file=sys.stderr,
+    bar = tqdm(total=len(todo), unit="sub", disable=not options.progress, file=sys.stderr,
                dynamic_ncols=True)
-    upcoming = iter(enumerate(todo))
-    pending: dict[str, list[NotebookJob]] = {}  # submission key -> its notebook jobs
-    results: dict[str, dict[str, Any]] = {}
+    upcoming = iter(todo)
+    pending: dict[str, tuple[SubmissionResult, list[NotebookJob]]] = {}  # job id -> its submission
     queue: list[NotebookJob] = []
     running = 0
 
     def prepare_next() -> bool:
-        """Prepare one more submission; False when there is none left."""
         step = next(upcoming, None)
         if step is None:
             return False
-        n, (sub, fingerprint) = step
-        result = results[sub.key] = _new_result(sub, fingerprint, sources[sub.assignment])
+        sub, fingerprint = step
+        src = run.sources[sub.assignment]
+        result = SubmissionResult(sub.student, sub.assignment, fingerprint, run.isolation,
+                                  notes=list(sub.notes) + src.warnings)
+        if run.isolation == Isolation.WEAK:
+            result.flags.append("graded with weak isolation (the instructor accepted it): the "
+                                "submission's code was not confined; see SECURITY.md")
         try:
-            jobs = _prepare(sub, sources[sub.assignment], gradebook, db_url, work / f"s{n}", result)
+            jobs = _prepare(run, sub, src, result)
         except Exception as exc:  # one odd submission must not stop the class
-            result["status"] = "invalid"
-            result["message"] = f"could not be prepared: {type(exc).__name__}: {exc}"
-            jobs = []
+            result.status, jobs = Status.INVALID, []
+            result.message = f"could not be prepared: {type(exc).__name__}: {exc}"
         if jobs:
-            pending[sub.key] = jobs
+            for job in jobs:
+                pending[job.job.id] = (result, jobs)
             queue.extend(jobs)
         else:
-            _finish_safely(sub, result, [], gradebook, db_url, out, summary, sources)
+            _finish_safely(run, sub, result, [], summary)
             bar.update(1)
         return True
 
     try:
         more = True
         while True:
-            while more and len(queue) < workers:
+            while more and len(queue) < options.workers:
                 more = prepare_next()
-            while queue and running < workers:
-                job = queue.pop(0)
-                server.submit(_child_job(f"{job.submission.key}::{job.notebook}", job.code_cells,
-                                         job.tmp, job.tmp / "workdir", limits))
+            while queue and running < options.workers:
+                run.server.submit(queue.pop(0).job)
                 running += 1
-            if more and len(queue) < workers:
+            if more and len(queue) < options.workers:
                 more = prepare_next()  # ahead of time, while the children run
             if not running:
                 if more or queue:
                     continue
                 break
-            for finished in server.wait():
+            for finished in run.server.wait():
                 running -= 1
-                sub_key, notebook = finished.job.key.split("::", 1)
-                jobs = pending[sub_key]
-                next(j for j in jobs if j.notebook == notebook).finished = finished
+                result, jobs = pending.pop(finished.job.id)
+                next(j for j in jobs if j.job.id == finished.job.id).finished = finished
                 if all(j.finished is not None for j in jobs):
-                    del pending[sub_key]
-                    _finish_safely(jobs[0].submission, results.pop(sub_key), jobs, gradebook,
-                                   db_url, out, summary, sources)
+                    _finish_safely(run, jobs[0].submission, result, jobs, summary)
                     bar.update(1)
     finally:
         bar.close()
 
 
-def _finish_safely(sub, result, jobs, gradebook, db_url, out, summary, sources) -> None:
-    try:
-        _finish(sub, result, jobs, gradebook, db_url, out, summary, sources[sub.assignment])
-    except Exception as exc:  # a grader bug on one submission: say so, go on with the rest
-        gradebook.db.rollback()
-        result.update(status="crashed", tests=[], score=0.0,
-                      message=f"the grader failed on this submission: {type(exc).__name__}: {exc}")
-        reports.write_results(out, result)
-        summary.crashes += 1
-    finally:
-        if jobs:
-            shutil.rmtree(jobs[0].tmp.parent, ignore_errors=True)
-
-
-def _new_result(sub: Submission, fingerprint: str, src: SourceAssignment) -> dict[str, Any]:
-    return {
-        "student_id": sub.student, "assignment": sub.assignment, "score": 0.0,
-        "max_score": 0.0, "status": "graded", "message": "", "flags": [],
-        "notes": list(sub.notes) + src.warnings, "tests": [], "fingerprint": fingerprint,
-    }
-
-
-def _prepare(sub: Submission, src: SourceAssignment, gradebook: Gradebook, db_url: str,
-             tmp_root: Path, result: dict[str, Any]) -> list[NotebookJob]:
+def _prepare(run: Run, sub: Submission, src: SourceAssignment,
+             result: SubmissionResult) -> list[NotebookJob]:
     if sub.problem:
-        result["status"], result["message"] = "invalid", sub.problem
+        result.status, result.message = Status.INVALID, sub.problem
         return []
-    jobs = []
-    problems = []
+    jobs, problems = [], []
+    files = _beside_files(sub.folder, src.folder)
     for name, path in sub.notebooks.items():
         try:
             nb = read_notebook(path)
-            sanitized = sanitize(nb, src.notebooks[name], gradebook, db_url, sub.assignment, name,
-                                 sub.student)
+            sanitized = sanitize(nb, src.notebooks[name], run.gradebook, run.db_url, sub.assignment,
+                                 name, sub.student)
         except InvalidNotebook as exc:
             problems.append(str(exc))
             continue
         except Exception as exc:  # nbgrader refused the notebook (metadata it cannot read)
             problems.append(f"{path.name} could not be read by nbgrader: {type(exc).__name__}: {exc}")
             continue
-        result["notes"] += [f"{name}.ipynb: {note}" for note in sanitized.notes]
-        result["flags"] += [f"{name}.ipynb: {flag}" for flag in sanitized.flags]
-        tmp = tmp_root / name
-        _prepare_workdir(tmp, src.folder, sub.folder)
-        jobs.append(NotebookJob(sub, name, sanitized, _code_cells(sanitized.nb), tmp))
+        result.notes += [f"{name}.ipynb: {note}" for note in sanitized.notes]
+        jobs.append(NotebookJob(sub, name, sanitized, run.new_job(_code_cells(sanitized.nb), files)))
     if problems and not jobs:
-        result["status"], result["message"] = "invalid", "; ".join(problems)
+        result.status, result.message = Status.INVALID, "; ".join(problems)
     elif problems:
-        result["notes"] += problems
+        result.notes += problems
     return jobs
 
 
-def _finish(sub: Submission, result: dict[str, Any], jobs: list[NotebookJob], gradebook: Gradebook,
-            db_url: str, out: Path, summary: Summary, src: SourceAssignment) -> None:
+def _finish_safely(run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob],
+                   summary: Summary) -> None:
+    try:
+        _finish(run, sub, result, jobs)
+    except Exception as exc:  # a grader bug on one submission: say so, go on with the rest
+        run.gradebook.db.rollback()
+        result.status, result.tests = Status.CRASHED, []
+        result.message = f"the grader failed on this submission: {type(exc).__name__}: {exc}"
+    finally:
+        for job in jobs:
+            shutil.rmtree(job.job.folder, ignore_errors=True)
+    summary.count(result)
+    reports.write_results(run.out, result.to_json())
+
+
+def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob]) -> None:
     """Turn finished jobs into outputs, grades, the gradebook entry and the reports."""
-    gradebook.update_or_create_student(sub.student)
-    gradebook.update_or_create_submission(sub.assignment, sub.student)
+    src = run.sources[sub.assignment]
+    run.gradebook.update_or_create_student(sub.student)
+    run.gradebook.update_or_create_submission(sub.assignment, sub.student)
     messages = []
     for job in jobs:
-        finished = job.finished
-        status, message = _run_status(finished, job.tmp)
-        if status != "graded":
-            result["status"] = status if result["status"] == "graded" else result["status"]
+        status, message, report = _run_outcome(job.finished)
+        if status is not Status.GRADED:
+            result.status = status if result.status is Status.GRADED else result.status
             messages.append(f"{job.notebook}.ipynb: {message}")
-        tests = _score_notebook(job, finished, src.expected.get(job.notebook, {}))
-        result["tests"] += tests
-        _save(job, sub, gradebook, db_url, out)
-    # notebooks that were missing or unreadable score 0, here and in the gradebook (as nbgrader
-    # does for a missing notebook), so that the row shows 0 of the real maximum
+        result.tests += score_notebook(job, report, src.expected.get(job.notebook, {}))
+        _save(run, job, sub)
     graded = {job.notebook for job in jobs}
-    for name in src.notebooks:
+    for name in src.notebooks:  # missing or unreadable notebooks score 0, as nbgrader does
         if name not in graded:
             why = "the notebook is missing" if name not in sub.notebooks else (
-                result["message"] or "the notebook could not be read")
-            result["tests"] += _zero_tests(src.notebooks[name], name, why)
-            _zero_in_gradebook(gradebook, name, sub)
-    result["score"] = round(sum(t["points"] for t in result["tests"]), 6)
-    result["max_score"] = round(sum(t["max_points"] for t in result["tests"]), 6)
+                result.message or "the notebook could not be read")
+            result.tests += _zero_tests(src.notebooks[name], name, why)
+            _zero_in_gradebook(run.gradebook, name, sub)
     if messages:
-        result["message"] = "; ".join(messages)
-    elif result["status"] == "graded":
-        failed = sum(t["status"] not in ("passed", "needs_manual_grade") for t in result["tests"])
-        total = len(result["tests"])
-        result["message"] = f"{failed} of {total} tests did not pass" if failed else "all tests passed"
-    _count(summary, result)
-    reports.write_results(out, result)
+        result.message = "; ".join(messages)
+    elif result.status is Status.GRADED:
+        failed = sum(t.status not in (TestStatus.PASSED, TestStatus.NEEDS_MANUAL_GRADE) for t in result.tests)
+        result.message = (f"{failed} of {len(result.tests)} tests did not pass" if failed
+                          else "all tests passed")
 
 
-def _count(summary: Summary, result: dict[str, Any]) -> None:
-    status = result["status"]
-    if status == "graded":
-        summary.graded += 1
-    elif status == "timeout":
-        summary.timeouts += 1
-    elif status == "crashed":
-        summary.crashes += 1
-    elif status == "invalid":
-        summary.invalid += 1
-    summary.failed_tests += sum(t["status"] in ("failed", "error", "timeout", "not_run")
-                                for t in result["tests"])
-    summary.flagged += bool(result["flags"])
-
-
-def _run_status(finished: Finished, tmp: Path) -> tuple[str, str]:
-    if finished.timed_out:
-        return "timeout", (f"stopped after {finished.seconds:.0f} s (the time limit for a "
-                           "submission); tests that finished before keep their points")
-    if finished.exitcode == 0:
-        return "graded", ""
-    log = ""
+def _run_outcome(finished: Finished) -> tuple[Status, str, dict[int, CellReport]]:
+    """How the child ended, from the server's waitpid (never from the child), and its report."""
+    folder = Path(finished.job.folder)
     try:
-        log = (tmp / "child.log").read_text(errors="replace")[-400:].strip()
+        report = read_report(folder / "report")
+    except ReportTooLarge as exc:
+        return Status.CRASHED, str(exc), {}
+    if finished.timed_out:
+        return Status.TIMEOUT, (f"stopped after {finished.seconds:.0f} s (the time limit for a "
+                                "submission); tests that finished before keep their points"), report
+    if finished.exitcode == 0:
+        return Status.GRADED, "", report
+    try:
+        log = (folder / "log").read_text(errors="replace")[-400:].strip()
     except OSError:
-        pass
+        log = ""
     if finished.exitcode is not None and finished.exitcode < 0:
-        import signal
-
         name = signal.Signals(-finished.exitcode).name
         why = f"the process was killed by {name}"
-        if name == "SIGSEGV":
-            why += " (a segmentation fault)"
-        elif name == "SIGXCPU":
-            why += " (it used up its CPU time)"
+        why += {"SIGSEGV": " (a segmentation fault)", "SIGXCPU": " (it used up its CPU time)"}.get(name, "")
+    elif finished.exitcode in (71, 72):
+        why = "the grading sandbox could not start this notebook"
     else:
         why = f"the process exited with status {finished.exitcode} (os._exit or sys.exit?)"
-    return "crashed", why + (f"; last output: {log}" if log else "")
+    return Status.CRASHED, why + (f"; last output: {log}" if log else ""), report
 
 
-def _score_notebook(job: NotebookJob, finished: Finished,
-                    expected: dict[str, list[ExpectedCheck]]) -> list[dict[str, Any]]:
-    """Fill the sanitized notebook with the child's outputs, re-judge, and score each test."""
-    lines = _read_lines(job.tmp)
-    record_dir = job.tmp / "records"
-    flagged = job.sanitized.flagged_exercises
+def score_notebook(job: NotebookJob, report: dict[int, CellReport],
+                   expected: dict[str, list[ExpectedCheck]]) -> list[TestResult]:
+    """Put the child's outputs into the notebook and decide every test cell's points here.
+
+    A test cell earns its points only if it ran, raised nothing, wrote nothing to stderr,
+    and every check the solution run made in it arrived and passed in this process. The
+    outputs a test cell keeps are its streams and its error: no value or display the
+    learner's code produced there can reach nbgrader's scoring (a number would be read as
+    partial credit), and a failed test gets an error output so that nbgrader's
+    determine_grade, and hence the gradebook, agree with the decision taken here.
+    """
+    timed_out = job.finished.timed_out
     tests = []
     for index, cell in enumerate(job.sanitized.nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code":
             if utils.is_grade(cell):  # a written answer, graded by hand as in nbgrader
-                grade_id = cell.metadata.nbgrader["grade_id"]
-                tests.append({"notebook": job.notebook, "grade_id": grade_id,
-                              "exercise": exercise_of(grade_id), "points": 0.0,
-                              "max_points": float(cell.metadata.nbgrader.get("points", 0)),
-                              "status": "needs_manual_grade", "message": "graded by hand"})
+                tests.append(TestResult(job.notebook, meta["grade_id"], 0.0, float(meta.get("points", 0)),
+                                        TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
             continue
-        line = lines.get(index)
-        cell.outputs = [nbformat.from_dict(o) for o in line["outputs"]] if line else []
-        if not utils.is_grade(cell):
+        line = report.get(index)
+        outputs = line.outputs if line else []
+        if not is_test_cell(cell):
+            cell.outputs = [nbformat.from_dict(o) for o in outputs]
+            if utils.is_grade(cell):  # a graded solution cell: manual, as in nbgrader
+                tests.append(TestResult(job.notebook, meta["grade_id"], 0.0, float(meta.get("points", 0)),
+                                        TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
             continue
-        grade_id = cell.metadata.nbgrader["grade_id"]
-        exercise = exercise_of(grade_id)
-        status, message = "passed", ""
-        if line is None:
-            status = "timeout" if finished.timed_out else "not_run"
-            message = ("the submission ran out of time before this test" if finished.timed_out
-                       else "this test never ran (the process stopped before it)")
-            _fail(cell, message)
-        elif exercise in flagged:
-            status, message = "failed", "no points: the solution uses the reference package"
-            _fail(cell, message)
-        else:
-            error = next((o for o in cell.outputs if o.output_type == "error"), None)
-            stderr = next((o for o in cell.outputs
-                           if o.output_type == "stream" and o.name == "stderr"), None)
-            verdict = rejudge(expected.get(grade_id, []), line.get("records", []), record_dir)
-            if verdict and not verdict.missing:  # judged here, where no learner code runs
-                status, message = "failed", verdict.message
-                _fail(cell, message)
-            elif error is not None:  # the cell stopped (before its checks, or after them)
-                status = "failed" if error.ename == "AssertionError" else "error"
-                message = describe_error(error.ename, error.evalue)
-            elif verdict:  # no error, yet a check never reported: tampering or a lost record
-                status, message = "failed", verdict.message
-                _fail(cell, message)
-            elif stderr is not None:
-                status = "failed"
-                message = "the test wrote to stderr (nbgrader scores that 0): " + stderr.text[:500]
-        points, max_points = utils.determine_grade(cell)
-        if utils.is_solution(cell) and points is None:
-            status, points = "needs_manual_grade", 0.0
-            message = "graded by hand"
-        if status == "passed" and points < max_points:
-            message = f"partial credit: {points:g} of {max_points:g}"
-        tests.append({"notebook": job.notebook, "grade_id": grade_id, "exercise": exercise,
-                      "points": float(points or 0.0), "max_points": float(max_points),
-                      "status": status, "message": message})
+        kept = [o for o in outputs if o["output_type"] in ("stream", "error")]
+        cell.outputs = [nbformat.from_dict(o) for o in kept]
+        status, message = _test_verdict(line, kept, expected.get(meta["grade_id"], []), timed_out)
+        max_points = float(meta.get("points", 0))
+        if status is not TestStatus.PASSED and first_error(kept) is None:
+            cell.outputs.append(nbformat.from_dict({"output_type": "error", "ename": "GradingFailure",
+                                                    "evalue": message, "traceback": [message]}))
+        tests.append(TestResult(job.notebook, meta["grade_id"],
+                                max_points if status is TestStatus.PASSED else 0.0, max_points,
+                                status, message))
     return tests
 
 
-def _fail(cell: NotebookNode, message: str) -> None:
-    """Give a test cell the error output that nbgrader's scoring reads as a failure."""
-    cell.outputs.append(nbformat.from_dict(
-        {"output_type": "error", "ename": "GradingFailure", "evalue": message, "traceback": [message]}
-    ))
+def _test_verdict(line: CellReport | None, outputs: list[dict], expected: list[ExpectedCheck],
+                  timed_out: bool) -> tuple[TestStatus, str]:
+    if line is None:
+        if timed_out:
+            return TestStatus.TIMEOUT, "the submission ran out of time before this test"
+        return TestStatus.NOT_RUN, "this test never ran (the process stopped before it)"
+    failure = rejudge(expected, line.records)
+    error = first_error(outputs)
+    if failure is not None and not failure.missing:
+        return TestStatus.FAILED, failure.message  # judged here, where no learner code runs
+    if error is not None:
+        status = TestStatus.FAILED if error["ename"] == "AssertionError" else TestStatus.ERROR
+        return status, describe_error(error["ename"], error["evalue"])
+    if failure is not None:  # no error, yet a check never reported: tampering or a lost record
+        return TestStatus.FAILED, failure.message
+    stderr = stderr_text(outputs)
+    if stderr is not None:
+        return TestStatus.FAILED, "the test wrote to stderr (nbgrader scores that 0): " + stderr[:500]
+    return TestStatus.PASSED, ""
 
 
-def _zero_tests(nb: NotebookNode, name: str, message: str) -> list[dict[str, Any]]:
-    return [
-        {"notebook": name, "grade_id": c.metadata.nbgrader["grade_id"],
-         "exercise": exercise_of(c.metadata.nbgrader["grade_id"]), "points": 0.0,
-         "max_points": float(c.metadata.nbgrader.get("points", 0)), "status": "not_run",
-         "message": message}
-        for c in nb.cells if utils.is_grade(c)
-    ]
+def _zero_tests(nb: NotebookNode, name: str, message: str) -> list[TestResult]:
+    return [TestResult(name, c.metadata.nbgrader["grade_id"], 0.0,
+                       float(c.metadata.nbgrader.get("points", 0)), TestStatus.NOT_RUN, message)
+            for c in nb.cells if utils.is_grade(c)]
 
 
 def _zero_in_gradebook(gradebook: Gradebook, notebook: str, sub: Submission) -> None:
@@ -513,12 +533,18 @@ def _zero_in_gradebook(gradebook: Gradebook, notebook: str, sub: Submission) -> 
     gradebook.db.commit()
 
 
-def _save(job: NotebookJob, sub: Submission, gradebook: Gradebook, db_url: str, out: Path) -> None:
+def _save(run: Run, job: NotebookJob, sub: Submission) -> None:
     """nbgrader's SaveAutoGrades into the gradebook, and the notebook in the autograded layout."""
-    resources = {"nbgrader": {"db_url": db_url, "assignment": sub.assignment,
+    resources = {"nbgrader": {"db_url": run.db_url, "assignment": sub.assignment,
                               "notebook": job.notebook, "student": sub.student}}
-    SharedSaveAutoGrades(gradebook).preprocess(job.sanitized.nb, resources)
-    target = out / "autograded" / sub.student / sub.assignment / f"{job.notebook}.ipynb"
+    SharedSaveAutoGrades(run.gradebook).preprocess(job.sanitized.nb, resources)
+    target = run.out / "autograded" / sub.student / sub.assignment / f"{job.notebook}.ipynb"
     # json, not nbformat.writes: the notebook was checked on the way in, and re-validating
     # every autograded notebook against the schema was a tenth of the parent's time
     reports.write_atomically(target, json.dumps(job.sanitized.nb, indent=1, ensure_ascii=False) + "\n")
+
+
+def new_work_folder() -> Path:
+    """The run's private folder (mode 0700): job folders, hidden from every child."""
+    return Path(tempfile.mkdtemp(prefix="attention-grading-"))
+

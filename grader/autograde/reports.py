@@ -38,8 +38,12 @@ def read_results(out: Path) -> list[dict[str, Any]]:
     return results
 
 
-def write_grades_csv(out: Path, results: list[dict[str, Any]]) -> Path:
-    """One row per student and assignment, one column per test grade id, quoted for Excel/LMS."""
+def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[dict[str, Any]] = ()) -> Path:
+    """One row per student and assignment, one column per test grade id, quoted for Excel/LMS.
+
+    ``extra_rows`` are results that have no folder in OUT (a student id that cannot name one).
+    """
+    results = [*results, *extra_rows]
     test_ids: list[str] = []
     for result in results:
         for test in result.get("tests", []):
@@ -47,7 +51,7 @@ def write_grades_csv(out: Path, results: list[dict[str, Any]]) -> Path:
             if column not in test_ids:
                 test_ids.append(column)
     rows = []
-    for result in sorted(results, key=lambda r: (r["assignment"], r["student_id"])):
+    for result in sorted(results, key=lambda r: (str(r["assignment"]), str(r["student_id"]))):
         points = {_column(t, result["assignment"]): t["points"] for t in result.get("tests", [])}
         rows.append(
             [result["student_id"], result["assignment"], _number(result["score"]),

@@ -2,7 +2,8 @@
 
 ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells (with missing grade cells
 added back) and CheckCellMetadata, as ``nbgrader autograde`` runs them, then what we add:
-notes on what was restored, and flags for solution cells that lean on the reference.
+notes on what was restored. (No text rule about the reference package: the grading child
+cannot import it, so a solution that tries simply fails with an ImportError.)
 """
 
 from __future__ import annotations
@@ -12,25 +13,16 @@ from dataclasses import dataclass, field
 
 import nbformat
 from nbformat import NotebookNode
-from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec
 
 from grader.autograde.gradebook import SharedOverwriteCells
-
-# A solution cell that imports the reference package or reads the solutions folder.
-REFERENCE_USE = re.compile(
-    r"grader\s*\.\s*reference|from\s+grader\s+import\s+[^\n]*\breference\b"
-    r"|['\"][^'\"]*solutions[/\\]|grader\s*\.\s*exercises"
-)
 
 
 @dataclass
 class Sanitized:
     nb: NotebookNode
     notes: list[str] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
-    flagged_exercises: set[str] = field(default_factory=set)
 
 
 def sanitize(
@@ -60,17 +52,7 @@ def sanitize(
     ):
         nb, resources = preprocessor.preprocess(nb, resources)
     nb = nbformat.from_dict(nb)  # cells nbgrader added back are plain dicts
-    result = Sanitized(nb, notes)
-    for cell in nb.cells:
-        if cell.cell_type == "code" and utils.is_solution(cell) and not utils.is_grade(cell):
-            grade_id = cell.metadata.nbgrader["grade_id"]
-            if REFERENCE_USE.search(cell.source):
-                result.flagged_exercises.add(grade_id)
-                result.flags.append(
-                    f"solution cell {grade_id!r} uses the reference package or the solutions "
-                    "folder: no points for that exercise"
-                )
-    return result
+    return Sanitized(nb, notes)
 
 
 def _describe_tampering(nb: NotebookNode, source: NotebookNode) -> list[str]:

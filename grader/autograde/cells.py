@@ -1,0 +1,78 @@
+"""The rules about cells and outcomes that the self-check and the autograder share.
+
+One place says what a test cell is, which exercise it belongs to, whether a cell failed,
+how an error reads in words, and the names of every status; ``selfcheck`` and the
+autograde pipeline both use these, so a learner's ``check`` and the grade cannot disagree
+on them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    """What happened to a whole submission."""
+
+    GRADED = "graded"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    INVALID = "invalid"
+
+
+class TestStatus(StrEnum):
+    """What happened to one test cell (or manually graded cell)."""
+
+    __test__ = False  # not a pytest test class
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    NOT_RUN = "not_run"
+    NEEDS_MANUAL_GRADE = "needs_manual_grade"
+
+
+def nbgrader_meta(cell: Any) -> dict:
+    meta = cell.get("metadata", {}).get("nbgrader") if isinstance(cell, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def is_test_cell(cell: Any) -> bool:
+    """An autograded test: a grade cell of code that is not also a solution."""
+    meta = nbgrader_meta(cell)
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def is_manual_cell(cell: Any) -> bool:
+    """A grade cell an instructor marks by hand (a written answer, or a graded solution)."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade")) and (cell.get("cell_type") != "code" or bool(meta.get("solution")))
+
+
+def exercise_of(grade_id: str) -> str:
+    """test_<name> or test_<name>__<aspect> -> <name>; other ids are their own exercise."""
+    name = grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id
+    return name.split("__", 1)[0]
+
+
+def first_error(outputs: list[dict]) -> dict | None:
+    """The cell's error output, if it raised (nbgrader's rule for a failed cell)."""
+    return next((o for o in outputs if o.get("output_type") == "error"), None)
+
+
+def stderr_text(outputs: list[dict]) -> str | None:
+    """What the cell wrote to stderr (nbgrader scores such a test cell 0), or None."""
+    parts = [o.get("text", "") for o in outputs
+             if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    return "".join(parts) if parts else None
+
+
+def describe_error(ename: str, evalue: str) -> str:
+    """A cell's error in words: an AssertionError is a check's message, the rest are named."""
+    if ename == "AssertionError":
+        return evalue or "an assertion failed"
+    if ename == "NotImplementedError":
+        return "not implemented yet: the solution cell still raises NotImplementedError"
+    return f"{ename}: {evalue}"

@@ -1,0 +1,265 @@
+"""Confining a grading child: its own namespaces, a minimal filesystem, hard limits, no privileges.
+
+The fork server calls :func:`enter` in each freshly forked child, before any learner code
+exists in it. What the child ends up with (see SECURITY.md for the threat model):
+
+- new PID, mount, network, IPC and UTS namespaces: it sees only its own processes, has no
+  network at all (not even loopback), and everything it starts dies when it does (it is
+  PID 1 of its namespace: the kernel kills the whole namespace with it);
+- a root filesystem of its own, built on an empty tmpfs: the Python installation, the
+  virtual environment, the system libraries and ``/etc`` read-only, the learner package,
+  an empty ``/tmp``, a minimal ``/dev``, its own ``/proc``, and its job folder as
+  ``/home/learner`` (the only place it can write). The grader's checkout, ``solutions/``,
+  the source, SUBMITTED, OUT, the gradebook and every other job's folder are simply not
+  in it; any of them that lies inside a mounted folder is covered by an empty mount;
+- another identity: as root, uid/gid 65534 (nobody) with no capabilities; as an ordinary
+  user, a user namespace in which it keeps its uid but holds no capability;
+- ``no_new_privs``, and limits whose hard value equals the soft one.
+
+Linux only; Python 3.11 has no ``os.unshare``, so the system calls go through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import resource
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+NOBODY = 65534
+HOME = "/home/learner"  # the job folder, as the learner's code sees it
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+MNT_DETACH = 2
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_SET_CHILD_SUBREAPER = 36
+CAP_LAST = 63
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+# pivot_root has no glibc wrapper
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class ConfinementError(OSError):
+    """A system call of the confinement failed: the child must not run learner code."""
+
+
+def _call(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise ConfinementError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _call(
+        _libc.mount(
+            None if source is None else source.encode(), target.encode(),
+            None if fstype is None else fstype.encode(), ctypes.c_ulong(flags),
+            None if data is None else data.encode(),
+        ),
+        f"mount {source} on {target}",
+    )
+
+
+def _prctl(option: int, value: int) -> None:
+    _call(_libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0), f"prctl({option})")
+
+
+def set_subreaper() -> None:
+    """Orphaned descendants (each job's PID 1) become this process's children."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+@dataclass(frozen=True)
+class View:
+    """What a job's filesystem holds besides its home: read-only folders, covered folders."""
+
+    readonly: tuple[str, ...]  # absolute paths, mounted read-only at the same place
+    hidden: tuple[str, ...]  # absolute paths covered by an empty read-only mount if visible
+
+    @classmethod
+    def for_this_python(cls, extra_readonly: Iterable[str] = (), hidden: Iterable[str] = ()) -> View:
+        """The folders a Python child needs: the system, this interpreter and its packages."""
+        hidden = tuple(os.path.realpath(h) for h in hidden)
+        wanted = ["/usr", "/etc", "/opt", sys.base_prefix, sys.prefix, *extra_readonly]
+        wanted += [p for p in sys.path if p and os.path.isdir(p)]
+        kept: list[str] = []
+        for path in sorted({os.path.realpath(p) for p in wanted if os.path.isdir(p)}, key=len):
+            if any(_within(h, path) for h in hidden):
+                continue  # a folder that holds a secret (a checkout on sys.path) is never shown
+            if not any(_within(path, k) for k in kept):
+                kept.append(path)
+        return cls(tuple(kept), hidden)
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+# ------------------------------------------------------------------ step 1: in the forked child
+
+
+def unshare_namespaces(as_root: bool) -> None:
+    """New namespaces for this process's future children (PID) and for itself (the rest).
+
+    Must run in a single-threaded process (a freshly forked child is). As an ordinary user,
+    a user namespace comes first; it maps this process's own uid and gid to themselves, the
+    only mapping an unprivileged process may write.
+    """
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    uid, gid = os.getuid(), os.getgid()
+    if not as_root:
+        flags |= CLONE_NEWUSER
+    _call(_libc.unshare(flags), "unshare")
+    if not as_root:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+
+
+# ------------------------------------------------------------------ step 2: in the job's PID 1
+
+
+def _ensure_dir(path: str) -> None:
+    os.makedirs(path, mode=0o755, exist_ok=True)
+
+
+def _statvfs_flags(path: str) -> int:
+    """Mount flags of the mount that holds ``path``, as mount(2) wants them on a remount."""
+    f = os.statvfs(path).f_flag
+    flags = 0
+    for st, ms in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+                   (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
+                   (os.ST_RELATIME, MS_RELATIME)):
+        if f & st:
+            flags |= ms
+    return flags
+
+
+def _bind(source: str, target: str, readonly: bool) -> None:
+    if os.path.isdir(source):
+        _ensure_dir(target)
+    else:
+        _ensure_dir(os.path.dirname(target))
+        Path(target).touch()
+    _mount(source, target, None, MS_BIND | MS_REC)
+    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | _statvfs_flags(source)
+    if readonly:
+        flags |= MS_RDONLY
+    _mount(None, target, None, flags)
+
+
+def _cover(target: str) -> None:
+    """An empty, read-only folder over ``target`` (it exists inside the new root)."""
+    if os.path.isdir(target):
+        _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=0555")
+    elif os.path.exists(target):
+        _mount("/dev/null", target, None, MS_BIND)
+
+
+def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
+    """Populate ``new_root`` (an empty folder) and make it this namespace's ``/``.
+
+    Runs as PID 1 of the new PID namespace, before any learner code: the new ``/proc`` must
+    be mounted while the old root (with its fully visible ``/proc``) is still attached, as
+    the kernel requires inside a user namespace.
+    """
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks back out
+    _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path in view.readonly:
+        _bind(path, new_root + path, readonly=True)
+    for name in ("bin", "sbin", "lib", "lib64", "lib32"):  # usr-merged systems: symlinks
+        if os.path.islink("/" + name) and not os.path.lexists(f"{new_root}/{name}"):
+            os.symlink(os.readlink("/" + name), f"{new_root}/{name}")
+    for path in view.hidden:  # a secret inside a mounted folder (OUT inside a venv, ...)
+        inside = new_root + path
+        if any(_within(path, r) and path != r for r in view.readonly) and os.path.lexists(inside):
+            _cover(inside)
+    _bind(home, new_root + HOME, readonly=False)
+    _ensure_dir(new_root + "/tmp")
+    _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+    _ensure_dir(new_root + "/dev")
+    _mount("tmpfs", new_root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+    for node in ("null", "zero", "full", "random", "urandom"):
+        _bind("/dev/" + node, f"{new_root}/dev/{node}", readonly=False)
+    _ensure_dir(new_root + "/dev/shm")
+    _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{new_root}/dev/{name}")
+    _ensure_dir(new_root + "/proc")
+    _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    old = new_root + "/.old_root"
+    _ensure_dir(old)
+    if _SYS_PIVOT_ROOT is None:
+        raise ConfinementError(0, f"pivot_root: unknown system call number on {platform.machine()}")
+    _call(_libc.syscall(_SYS_PIVOT_ROOT, new_root.encode(), old.encode()), "pivot_root")
+    os.chdir("/")
+    _call(_libc.umount2(b"/.old_root", MNT_DETACH), "umount old root")
+    os.rmdir("/.old_root")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def set_limits(limits: dict[int, int]) -> None:
+    """Each limit with its hard value equal to the soft one: nobody can raise it again."""
+    for kind, value in limits.items():
+        _, hard = resource.getrlimit(kind)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(kind, (value, value))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def drop_privileges(as_root: bool) -> None:
+    """No capability left, no way to gain one: uid 65534 as root, an empty capset otherwise."""
+    for cap in range(CAP_LAST + 1):  # the bounding set, while CAP_SETPCAP is still ours
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+            _call(-1, f"drop capability {cap} from the bounding set")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if as_root:
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)  # leaving uid 0 clears every capability
+    else:
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        _call(_libc.capset(ctypes.byref(header), data), "capset")
+    _prctl(PR_SET_DUMPABLE, 0)
+
+
+def can_use_user_namespaces() -> bool:
+    """Whether this kernel lets an ordinary user create user namespaces (a quick sysctl read)."""
+    try:
+        if Path("/proc/sys/kernel/unprivileged_userns_clone").read_text().strip() == "0":
+            return False
+    except OSError:
+        pass
+    try:
+        return int(Path("/proc/sys/user/max_user_namespaces").read_text()) > 0
+    except (OSError, ValueError):
+        return False
