@@ -8,9 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: book test release clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml learner/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ./learner
 	$(BIN)/python -m pip install --quiet -e ".[book,test]"
 	touch $(STAMP)
 

@@ -1,20 +1,34 @@
-"""``python -m grader release``: solutions/<a>/<a>.ipynb -> chapters/<a>/<a>.ipynb.
+"""``python -m grader release``: solutions/<a>/<a>.ipynb -> chapters/<a>/<a>.ipynb, and the
+expected values of the visible tests -> learner/attention_learner/data/.
 
 The learner notebook is what nbgrader's generate_assignment makes of the source (solutions
 replaced by ``raise NotImplementedError()``, hidden tests removed, cells locked and
 checksummed); only the notebook is copied into chapters/, whose narrative pages live beside
 it. A learner notebook is never edited by hand: a test fails when it is out of date.
+
+The learner package judges the visible tests in a learner's kernel without any reference
+code: for every visible ``check(...)`` call of a source notebook's test cells (the part above
+``### BEGIN HIDDEN TESTS``) release computes the reference outputs and the outputs of every
+classic bug of that exercise on the call's inputs, and writes them as ``.npz`` data
+(:mod:`attention_learner.expected`). A test fails when that data is out of date too.
 """
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
+from typing import Any
 
 import nbformat
+import numpy as np
 
+from attention_learner import expected as shipped_data
+from grader.exercises import get_exercise
 from grader.nbgrader_course import generate_assignment, temporary_course
 from grader.paths import CHAPTERS, SOLUTIONS
+
+HIDDEN = "### BEGIN HIDDEN TESTS"
 
 
 def assignments(source: Path = SOLUTIONS) -> list[str]:
@@ -23,7 +37,8 @@ def assignments(source: Path = SOLUTIONS) -> list[str]:
 
 
 def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Path = CHAPTERS) -> list[Path]:
-    """Generate the learner notebooks of ``names`` (default: all) and copy them to ``target``."""
+    """Generate the learner notebooks of ``names`` (default: all), copy them to ``target``, and
+    write the expected values of their visible checks; returns the files written."""
     names = names or assignments(source)
     unknown = sorted(set(names) - set(assignments(source)))
     if unknown:
@@ -36,6 +51,10 @@ def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Pa
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(released, destination)
             written.append(destination)
+    for name in names:
+        for exercise, cases in expected_data(name, source).items():
+            if shipped_data.write_exercise(exercise, cases):
+                written.append(shipped_data.data_file(exercise))
     return written
 
 
@@ -44,3 +63,39 @@ def learner_notebook_text(name: str, source: Path = SOLUTIONS) -> str:
     with temporary_course(source) as api:
         released = generate_assignment(api, name) / f"{name}.ipynb"
         return nbformat.writes(nbformat.read(released, as_version=4))
+
+
+def visible_checks(name: str, source: Path = SOLUTIONS) -> list[tuple[str, int, dict[str, Any]]]:
+    """(exercise, seed, params) of every ``check(...)`` call in the visible part of the test
+    cells of ``name``'s source notebook, in order. Their arguments must be literals."""
+    nb = nbformat.read(source / name / f"{name}.ipynb", as_version=4)
+    calls = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader") or {}
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        visible = cell.source.split(HIDDEN, 1)[0]
+        for node in ast.walk(ast.parse(visible)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
+                try:
+                    exercise = ast.literal_eval(node.args[0])
+                    params = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                except (ValueError, IndexError) as exc:
+                    raise SystemExit(
+                        f"{name}, cell {meta.get('grade_id')}: a visible check() needs literal "
+                        f"arguments so that its expected values can be shipped ({exc})"
+                    ) from exc
+                calls.append((exercise, int(params.pop("seed", 0)), params))
+    return calls
+
+
+def expected_data(name: str, source: Path = SOLUTIONS) -> dict[str, dict[str, shipped_data.Shipped]]:
+    """exercise -> case key -> the reference's and the classic bugs' outputs, for every
+    visible check of ``name``."""
+    data: dict[str, dict[str, shipped_data.Shipped]] = {}
+    for exercise, seed, params in visible_checks(name, source):
+        spec = get_exercise(exercise)
+        inputs = spec.make_inputs(np.random.default_rng(seed), **params)
+        shipped = shipped_data.Shipped(spec.expected(inputs), spec.bug_outputs(inputs))
+        data.setdefault(exercise, {})[shipped_data.case_key(seed, params)] = shipped
+    return data

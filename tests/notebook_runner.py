@@ -12,9 +12,13 @@ from pathlib import Path
 
 import nbformat
 import torch
+from IPython.core.inputtransformer2 import TransformerManager
 from nbformat import NotebookNode
 
+import grader.checks  # noqa: F401  (registers the reference as the judge of hidden cases)
 from grader.paths import CHAPTERS, SOLUTIONS
+
+_TRANSFORMER = TransformerManager()  # the notebooks' install cell uses %pip, as Jupyter runs it
 
 
 def source_notebook(assignment: str) -> NotebookNode:
@@ -48,7 +52,7 @@ def run_cells(nb: NotebookNode, replace: dict[str, str] | None = None) -> dict[s
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
-            source = replace.get(grade_id(cell) or "", cell.source)
+            source = _TRANSFORMER.transform_cell(replace.get(grade_id(cell) or "", cell.source))
             stderr = io.StringIO()
             error = ""
             with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):

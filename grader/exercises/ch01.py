@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from grader.exercises.cases import normal
-from grader.exercises.spec import Arrays, Exercise
+from grader.exercises.spec import Arrays
+from grader.exercises.spec import legacy_exercise as Exercise
 from grader.reference.rnn import jacobian_norms, random_rnn, rnn_forward, rnn_step
 
 

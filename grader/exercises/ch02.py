@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from grader.exercises.cases import normal
-from grader.exercises.spec import Arrays, Exercise, unpack
+from grader.exercises.spec import Arrays, unpack
+from grader.exercises.spec import legacy_exercise as Exercise
 from grader.reference import softmax
 from grader.reference.qkv import attend, dot_product_attention, dot_scores, project_qkv
 

@@ -1,4 +1,9 @@
-"""Chapter 3 exercises: scaled dot-product attention (NumPy, PyTorch) and the softmax Jacobian."""
+"""Chapter 3 exercises, the judging half: references and classic bugs of scaled dot-product
+attention (NumPy, PyTorch, its gradients) and of the softmax Jacobian.
+
+The cases (inputs, how the learner's code is called, descriptions, hints) are in
+``attention_learner.cases.ch03``.
+"""
 
 from __future__ import annotations
 
@@ -6,47 +11,15 @@ import math
 from typing import Any
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 
-from grader.exercises.cases import attention_mask, describe_mask, normal
-from grader.exercises.spec import Arrays, Exercise, unpack
+from attention_learner.cases.ch03 import attention_backward, attention_tensors
+from grader.exercises import exercise
+from grader.exercises.spec import Arrays
 from grader.reference import scaled_dot_product_attention, softmax, softmax_jacobian
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
-# ---------------------------------------------------------------- attention cases
-
-
-def make_attention_inputs(
-    rng: np.random.Generator,
-    n_q: int = 3,
-    n_k: int = 5,
-    d_k: int = 7,
-    d_v: int = 2,
-    batch: tuple[int, ...] | list[int] = (),
-    mask: str | None = None,
-    logit_scale: float = 1.0,
-) -> dict[str, Any]:
-    """Q, K, V from three independent draws with every axis its own size."""
-    batch = tuple(batch)
-    return {
-        "Q": normal(rng, *batch, n_q, d_k, scale=logit_scale),  # (*B, n_q, d_k)
-        "K": normal(rng, *batch, n_k, d_k),  # (*B, n_k, d_k)
-        "V": normal(rng, *batch, n_k, d_v),  # (*B, n_k, d_v)
-        "mask": attention_mask(rng, mask, batch, n_q, n_k),
-        "G": normal(rng, *batch, n_q, d_v),  # upstream gradient for the backward checks
-    }
-
-
-def describe_attention(params: dict[str, Any]) -> str:
-    shape = (
-        f"batch {tuple(params.get('batch', ()))}, n_q={params.get('n_q', 3)}, "
-        f"n_k={params.get('n_k', 5)}, d_k={params.get('d_k', 7)}, d_v={params.get('d_v', 2)}"
-    )
-    extra = ""
-    if params.get("logit_scale", 1.0) != 1.0:
-        extra = f", queries scaled by {params['logit_scale']:g}"
-    return f"{shape}, {describe_mask(params.get('mask'))}{extra}"
+# ---------------------------------------------------------------- attention
 
 
 def _attention(inputs: dict[str, Any], **kwargs: Any) -> Arrays:
@@ -116,81 +89,23 @@ ATTENTION_BUGS = {
 }
 
 
-def attention_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    """Extra sentences: NaN on fully masked rows, rows that do not sum to 1."""
-    hints = []
-    mask = inputs.get("mask")
-    weights = got.get("weights")
-    if mask is None or weights is None or weights.shape != expected["weights"].shape:
-        return hints
-    empty = ~np.broadcast_to(mask, weights.shape).any(axis=-1)  # (..., n_q)
-    if empty.any() and np.isnan(weights[empty]).any():
-        hints.append(
-            "Rows whose keys are all masked came out NaN (a softmax of all -inf is 0/0): "
-            "give those rows zero weights and a zero output."
-        )
-    row_sums = np.nansum(weights, axis=-1)[~empty]
-    if row_sums.size and not np.allclose(row_sums, 1.0, atol=1e-6):
-        hints.append("The weights of each query should sum to 1 over the keys (last axis).")
-    return hints
-
-
-def call_attention_numpy(fn: Any, inputs: dict[str, Any]) -> Arrays:
-    result = fn(inputs["Q"], inputs["K"], inputs["V"], inputs["mask"])
-    out, weights = unpack(result, ("output", "weights"), "scaled_dot_product_attention")
-    return {"output": out, "weights": weights}
-
-
-# ---------------------------------------------------------------- the PyTorch version
-
-
-def _tensors(inputs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    q, k, v = (torch.tensor(inputs[n], dtype=torch.float64, requires_grad=True) for n in "QKV")
-    mask = None if inputs["mask"] is None else torch.tensor(inputs["mask"])
-    return q, k, v, mask
-
-
-def _backward(out: torch.Tensor, inputs: dict[str, Any], q, k, v) -> Arrays:
-    """Gradients of sum(out * G) with respect to Q, K and V."""
-    (out * torch.tensor(inputs["G"])).sum().backward()
-    return {"dQ": q.grad, "dK": k.grad, "dV": v.grad}
-
-
-def call_attention_torch(fn: Any, inputs: dict[str, Any]) -> Arrays:
-    q, k, v, mask = _tensors(inputs)
-    result = fn(q, k, v, mask)
-    out, weights = unpack(result, ("output", "weights"), "scaled_dot_product_attention_torch")
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise TypeError("the output should be a tensor that carries gradients back to Q, K, V")
-    grads = _backward(out, inputs, q, k, v)
-    return {"output": out, "weights": weights, **grads}
-
-
 def torch_attention_reference(inputs: dict[str, Any]) -> Arrays:
     """Output and gradients from torch's own F.scaled_dot_product_attention; weights from ours."""
-    q, k, v, mask = _tensors(inputs)
+    q, k, v, mask = attention_tensors(inputs)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    grads = _backward(out, inputs, q, k, v)
+    grads = attention_backward(out, inputs, q, k, v)
     _, weights = scaled_dot_product_attention_torch(q.detach(), k.detach(), v.detach(), mask)
     return {"output": out.detach(), "weights": weights, **{n: g for n, g in grads.items()}}
 
 
-def call_gradcheck(fn: Any, inputs: dict[str, Any]) -> Arrays:
-    """Output, weights and gradients as for the torch exercise, plus torch.autograd.gradcheck
-    of the learner's output in float64 (finite differences), as 1.0 (pass) or 0.0."""
-    outputs = call_attention_torch(fn, inputs)
-    q, k, v, mask = _tensors(inputs)
-    ok = torch.autograd.gradcheck(
-        lambda a, b, c: fn(a, b, c, mask)[0], (q, k, v), eps=1e-6, atol=1e-5, raise_exception=False
-    )
-    return {**outputs, "gradcheck_passed": np.array(1.0 if ok else 0.0)}
+
+def torch_gradients_reference(inputs: dict[str, Any]) -> Arrays:
+    """The gradients of sum(out * G) of torch's own F.scaled_dot_product_attention."""
+    reference = torch_attention_reference(inputs)
+    return {name: reference[name] for name in ("dQ", "dK", "dV")}
 
 
 # ---------------------------------------------------------------- the softmax Jacobian
-
-
-def make_jacobian_inputs(rng: np.random.Generator, n: int = 5, logit_scale: float = 1.0) -> dict:
-    return {"p": softmax(normal(rng, n, scale=logit_scale))}
 
 
 def _jacobian_bug(fn):
@@ -209,50 +124,12 @@ JACOBIAN_BUGS = {
 }
 
 
-def jacobian_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    jac = got.get("jacobian")
-    if jac is not None and jac.ndim == 2 and not np.allclose(jac.sum(axis=0), 0.0, atol=1e-8):
-        return ["Each column of the Jacobian should sum to 0, because the p_i always sum to 1."]
-    return []
-
 
 EXERCISES = [
-    Exercise(
-        name="scaled_dot_product_attention",
-        make_inputs=make_attention_inputs,
-        call=call_attention_numpy,
-        reference=_attention,
-        bugs=ATTENTION_BUGS,
-        hints=attention_hints,
-        describe=describe_attention,
-    ),
-    Exercise(
-        name="scaled_dot_product_attention_torch",
-        make_inputs=make_attention_inputs,
-        call=call_attention_torch,
-        reference=torch_attention_reference,
-        bugs=ATTENTION_BUGS,
-        hints=attention_hints,
-        describe=describe_attention,
-    ),
-    Exercise(
-        name="scaled_dot_product_attention_torch__gradcheck",
-        make_inputs=make_attention_inputs,
-        call=call_gradcheck,
-        reference=lambda inputs: {**torch_attention_reference(inputs), "gradcheck_passed": np.array(1.0)},
-        bugs=ATTENTION_BUGS,
-        hints=attention_hints,
-        describe=lambda p: "torch.autograd.gradcheck in float64, " + describe_attention(p),
-    ),
-    Exercise(
-        name="softmax_jacobian",
-        make_inputs=make_jacobian_inputs,
-        call=lambda fn, inputs: {"jacobian": fn(inputs["p"])},
-        reference=lambda inputs: {"jacobian": softmax_jacobian(inputs["p"])},
-        bugs=JACOBIAN_BUGS,
-        hints=jacobian_hints,
-        describe=lambda p: f"p = softmax(z) with n={p.get('n', 5)}"
-        + (f", logits scaled by {p['logit_scale']:g}" if p.get("logit_scale", 1) != 1 else ""),
-        atol=1e-8,
+    exercise("scaled_dot_product_attention", _attention, ATTENTION_BUGS),
+    exercise("scaled_dot_product_attention_torch", torch_attention_reference, ATTENTION_BUGS),
+    exercise("scaled_dot_product_attention_torch__gradients", torch_gradients_reference),
+    exercise(
+        "softmax_jacobian", lambda inputs: {"jacobian": softmax_jacobian(inputs["p"])}, JACOBIAN_BUGS
     ),
 ]

@@ -15,9 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from attention_learner.cases.ch03 import attention_hints
 from grader.exercises.cases import attention_mask, describe_mask, normal
-from grader.exercises.ch03 import attention_hints
-from grader.exercises.spec import Arrays, Exercise, unpack
+from grader.exercises.spec import Arrays, unpack
+from grader.exercises.spec import legacy_exercise as Exercise
 from grader.reference.multi_head import (
     MultiHeadAttention,
     merge_heads,

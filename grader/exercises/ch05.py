@@ -25,7 +25,8 @@ from grader.exercises.ch04 import (
     size_mismatch_note,
     tensor,
 )
-from grader.exercises.spec import Arrays, Exercise, unpack
+from grader.exercises.spec import Arrays, unpack
+from grader.exercises.spec import legacy_exercise as Exercise
 from grader.reference.multi_head import torch_attn_mask
 from grader.reference.transformer import (
     DecoderLayer,

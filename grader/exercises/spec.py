@@ -1,8 +1,9 @@
-"""What an exercise is, for the checks: how to make inputs, call the learner, and judge.
+"""What an exercise is, for the grader: a learner-side case plus the answer and the classic bugs.
 
-An :class:`Exercise` is data, not a test: the same spec serves the check helpers that run in
-a notebook (kernel mode) and the grader's parent process, which re-creates the inputs and
-the expected outputs itself and judges the raw arrays a submission sent back.
+The case (:class:`attention_learner.spec.Case`) knows how to build inputs, call the learner
+and describe a failure; it lives in the learner package. The :class:`Exercise` adds what only
+the instructor's side may hold: the reference outputs and the outputs of each classic bug,
+and judges a learner's raw arrays with the learner package's own message composition.
 """
 
 from __future__ import annotations
@@ -13,64 +14,85 @@ from typing import Any
 
 import numpy as np
 
-Arrays = dict[str, np.ndarray]
+from attention_learner.checks import explain
+from attention_learner.spec import Arrays, Case, Inputs, to_numpy, unpack
+
+__all__ = ["Arrays", "Exercise", "Inputs", "to_numpy", "unpack"]
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """One graded function or class of the contract.
+    """One graded function or class of the contract (or one aspect of it).
 
-    name:        the contract name, which is also the solution cell's grade_id.
-    make_inputs: (rng, **params) -> inputs; trusted, recreated wherever judging happens.
-    call:        (learner object, inputs) -> outputs as NumPy arrays; runs the learner's code.
-    reference:   inputs -> the expected outputs (same keys as ``call``).
-    bugs:        classic bug, in words -> inputs -> the outputs that bug produces; a failing
-                 output that matches one is named in the message.
-    hints:       (inputs, expected, got) -> extra sentences for the message (NaN rows, ...).
-    describe:    params -> a short description of the case, shown to the learner.
+    case:      the learner-side case (name, make_inputs, call, describe, hints, tolerances).
+    reference: inputs -> the expected outputs (the keys of what ``case.derive`` or
+               ``case.call`` gives).
+    bugs:      classic bug, in words -> inputs -> the outputs that bug produces ({} where the
+               bug does not apply); a failing output that matches one is named in the message.
     """
 
-    name: str
-    make_inputs: Callable[..., dict[str, Any]]
-    call: Callable[[Any, dict[str, Any]], Arrays]
-    reference: Callable[[dict[str, Any]], Arrays]
-    bugs: Mapping[str, Callable[[dict[str, Any]], Arrays]] = field(default_factory=dict)
-    hints: Callable[[dict[str, Any], Arrays, Arrays], list[str]] | None = None
-    describe: Callable[[dict[str, Any]], str] | None = None
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    case: Case
+    reference: Callable[[Inputs], dict[str, Any]]
+    bugs: Mapping[str, Callable[[Inputs], dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.case.name
+
+    @property
+    def make_inputs(self) -> Callable[..., Inputs]:
+        return self.case.make_inputs
+
+    @property
+    def call(self) -> Callable[[Any, Inputs], dict[str, Any]]:
+        return self.case.call
+
+    @property
+    def atol(self) -> float:
+        return self.case.atol
+
+    @property
+    def rtol(self) -> float:
+        return self.case.rtol
 
     def case_description(self, params: dict[str, Any]) -> str:
-        if self.describe is not None:
-            return self.describe(params)
-        return ", ".join(f"{k}={v}" for k, v in params.items()) or "the default case"
+        return self.case.case_description(params)
+
+    def expected(self, inputs: Inputs) -> Arrays:
+        """The reference outputs on ``inputs``, as arrays."""
+        with np.errstate(all="ignore"):
+            return {k: to_numpy(v) for k, v in self.reference(inputs).items()}
+
+    def bug_outputs(self, inputs: Inputs) -> list[tuple[str, Arrays]]:
+        """(description, outputs) of every classic bug that applies to ``inputs``, in order."""
+        produced = []
+        for description, bug in self.bugs.items():
+            with np.errstate(all="ignore"):
+                try:
+                    outputs = {k: to_numpy(v) for k, v in bug(inputs).items()}
+                except Exception:  # a bug that does not apply to this case
+                    continue
+            if outputs:
+                produced.append((description, outputs))
+        return produced
+
+    def judge(self, params: dict[str, Any], inputs: Inputs, got: Arrays) -> str:
+        """The verdict on a learner's raw outputs ``got``: "" when they pass, else the message."""
+        return explain(self.case, params, inputs, got, self.expected(inputs), self.bug_outputs(inputs))
 
 
-def unpack(result: Any, names: tuple[str, ...], function: str) -> tuple[Any, ...]:
-    """Split a learner's return value into ``names``, with a clear error if it has the wrong arity."""
-    if len(names) == 1:
-        return (result,)
-    if not isinstance(result, tuple | list) or len(result) != len(names):
-        kind = type(result).__name__
-        raise TypeError(
-            f"{function} should return the tuple ({', '.join(names)}), got a {kind}"
-            + (f" of length {len(result)}" if isinstance(result, tuple | list) else "")
-        )
-    return tuple(result)
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A learner's output as a NumPy array: bool stays bool, everything else becomes float64.
-
-    Tensors are detached first; keeping bool apart lets a check tell a float mask from a
-    boolean one.
-    """
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        value = value.numpy() if str(value.dtype) == "torch.bool" else value.double().numpy()
-    array = np.asarray(value)
-    if array.dtype == object:
-        raise TypeError(f"expected an array of numbers, got {type(value).__name__}")
-    if array.dtype.kind == "b":
-        return array
-    return array.astype(np.float64)
+def legacy_exercise(
+    *,
+    name: str,
+    make_inputs: Callable[..., Inputs],
+    call: Callable[[Any, Inputs], dict[str, Any]],
+    reference: Callable[[Inputs], dict[str, Any]],
+    bugs: Mapping[str, Callable[[Inputs], dict[str, Any]]] | None = None,
+    hints: Callable[[Inputs, Arrays, Arrays], list[str]] | None = None,
+    describe: Callable[[dict[str, Any]], str] | None = None,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+) -> Exercise:
+    """An exercise written in the old one-module layout (until its chapter is split)."""
+    case = Case(name, make_inputs, call, describe=describe, hints=hints, atol=atol, rtol=rtol)
+    return Exercise(case, reference, dict(bugs or {}))

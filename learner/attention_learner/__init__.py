@@ -1,0 +1,24 @@
+"""attention-learner: what the exercise notebooks of "Attention, built by hand" import.
+
+- :mod:`attention_learner.checks`: ``check`` and ``check_close``, the test cells' helpers;
+- :mod:`attention_learner.cases`: every exercise's test cases (inputs, how the learner's code
+  is called, descriptions and hints), without any implementation of an exercise;
+- :mod:`attention_learner.blocks`: the building blocks later chapters give ready-made;
+- ``data/``: the expected values of the visible test cases.
+
+``ALLOWED_IMPORTS`` lists, per assignment, the modules a notebook's setup cell may import;
+a notebook never reaches the instructor's ``grader`` package or its reference.
+"""
+
+__version__ = "0.1.0"
+
+_BASE = ("math", "numpy", "attention_learner", "attention_learner.checks")
+_TORCH = ("torch", "torch.nn", "torch.nn.functional")
+
+ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
+    "01_rnn_bottlenecks": _BASE,
+    "02_queries_keys_values": _BASE,
+    "03_scaled_dot_product": _BASE + _TORCH,
+    "04_multi_head": _BASE + _TORCH + ("attention_learner.blocks",),
+    "05_transformer_attention": _BASE + _TORCH + ("attention_learner.blocks",),
+}

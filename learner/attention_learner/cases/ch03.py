@@ -1,0 +1,200 @@
+"""Chapter 3 cases: scaled dot-product attention (NumPy, PyTorch, its gradients) and the
+softmax Jacobian."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from attention_learner.inputs import attention_mask, describe_mask, normal
+from attention_learner.spec import Arrays, Case, Inputs, unpack
+
+# ---------------------------------------------------------------- attention cases
+
+
+def make_attention_inputs(
+    rng: np.random.Generator,
+    n_q: int = 3,
+    n_k: int = 5,
+    d_k: int = 7,
+    d_v: int = 2,
+    batch: tuple[int, ...] | list[int] = (),
+    mask: str | None = None,
+    logit_scale: float = 1.0,
+) -> Inputs:
+    """Q, K, V from three independent draws with every axis its own size, a mask, and a fixed
+    upstream gradient G for the backward pass."""
+    batch = tuple(batch)
+    return {
+        "Q": normal(rng, *batch, n_q, d_k, scale=logit_scale),  # (*B, n_q, d_k)
+        "K": normal(rng, *batch, n_k, d_k),  # (*B, n_k, d_k)
+        "V": normal(rng, *batch, n_k, d_v),  # (*B, n_k, d_v)
+        "mask": attention_mask(rng, mask, batch, n_q, n_k),  # bool or None
+        "G": normal(rng, *batch, n_q, d_v),  # (*B, n_q, d_v) upstream gradient
+    }
+
+
+def describe_attention(p: dict[str, Any]) -> str:
+    """The case in words, from complete params."""
+    text = (
+        f"batch {tuple(p['batch'])}, n_q={p['n_q']}, n_k={p['n_k']}, d_k={p['d_k']}, "
+        f"d_v={p['d_v']}, {describe_mask(p['mask'])}"
+    )
+    if p["logit_scale"] != 1.0:
+        text += f", queries scaled by {p['logit_scale']:g}"
+    return text
+
+
+def attention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
+    """Extra sentences: NaN on fully masked rows, rows that do not sum to 1."""
+    hints = []
+    mask = inputs.get("mask")
+    weights = got.get("weights")
+    if mask is None or weights is None or weights.shape != expected["weights"].shape:
+        return hints
+    empty = ~np.broadcast_to(mask, weights.shape).any(axis=-1)  # (..., n_q)
+    if empty.any() and np.isnan(weights[empty]).any():
+        hints.append(
+            "Rows whose keys are all masked came out NaN (a softmax of all -inf is 0/0): "
+            "give those rows zero weights and a zero output."
+        )
+    row_sums = np.nansum(weights, axis=-1)[~empty]
+    if row_sums.size and not np.allclose(row_sums, 1.0, atol=1e-6):
+        hints.append("The weights of each query should sum to 1 over the keys (last axis).")
+    return hints
+
+
+def call_attention_numpy(fn: Any, inputs: Inputs) -> dict[str, Any]:
+    result = fn(inputs["Q"], inputs["K"], inputs["V"], inputs["mask"])
+    out, weights = unpack(result, ("output", "weights"), "scaled_dot_product_attention")
+    return {"output": out, "weights": weights}
+
+
+# ---------------------------------------------------------------- the PyTorch version
+
+
+def attention_tensors(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+    """Q, K, V as float64 leaves that collect gradients, and the mask as a bool tensor."""
+    q, k, v = (torch.tensor(inputs[n], dtype=torch.float64, requires_grad=True) for n in "QKV")
+    mask = None if inputs["mask"] is None else torch.tensor(inputs["mask"])
+    return q, k, v, mask
+
+
+def attention_backward(out: torch.Tensor, inputs: Inputs, q, k, v) -> dict[str, torch.Tensor]:
+    """Gradients of sum(out * G) with respect to Q, K and V (zeros where out ignores one)."""
+    (out * torch.tensor(inputs["G"])).sum().backward()
+    return {
+        f"d{name}": torch.zeros_like(t) if t.grad is None else t.grad
+        for name, t in (("Q", q), ("K", k), ("V", v))
+    }
+
+
+def _learner_torch_attention(fn: Any, inputs: Inputs):
+    q, k, v, mask = attention_tensors(inputs)
+    result = fn(q, k, v, mask)
+    out, weights = unpack(result, ("output", "weights"), "scaled_dot_product_attention_torch")
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise TypeError("the output should be a tensor that carries gradients back to Q, K, V")
+    if tuple(out.shape) != inputs["G"].shape:
+        return out, weights, {}  # the comparison of the output's shape says what is wrong
+    return out, weights, attention_backward(out, inputs, q, k, v)
+
+
+def call_attention_torch(fn: Any, inputs: Inputs) -> dict[str, Any]:
+    """The learner's output, weights and gradients on the upstream gradient G."""
+    out, weights, grads = _learner_torch_attention(fn, inputs)
+    return {"output": out, "weights": weights, **grads}
+
+
+def call_attention_gradients(fn: Any, inputs: Inputs) -> dict[str, Any]:
+    """Only the gradients of sum(output * G) with respect to Q, K and V, in float64."""
+    out, _, grads = _learner_torch_attention(fn, inputs)
+    if not grads:
+        raise ValueError(f"the output has shape {tuple(out.shape)}, expected {inputs['G'].shape}")
+    return grads
+
+
+GRADIENT_LABELS = {
+    "dQ": "the gradient with respect to Q",
+    "dK": "the gradient with respect to K",
+    "dV": "the gradient with respect to V",
+}
+
+
+def gradient_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
+    """Which inputs' gradients are off, in one sentence."""
+    off = [
+        name[1]
+        for name in ("dQ", "dK", "dV")
+        if name in got
+        and got[name].shape == expected[name].shape
+        and not np.allclose(got[name], expected[name], atol=1e-6, rtol=1e-5, equal_nan=True)
+    ]
+    if not off:
+        return []
+    return [
+        f"The gradients reaching {', '.join(off)} are off (the backward pass runs through your "
+        "forward pass): a NaN or a detach() in the forward pass, or an operation that cuts the "
+        "graph, shows up here."
+    ]
+
+
+# ---------------------------------------------------------------- the softmax Jacobian
+
+
+def make_jacobian_inputs(rng: np.random.Generator, n: int = 5, concentration: float = 1.0) -> Inputs:
+    """A probability vector p (n,) drawn from a Dirichlet distribution: small concentrations
+    give peaked p (like large logits), large ones an almost uniform p."""
+    return {"p": rng.dirichlet(np.full(n, concentration))}
+
+
+def describe_jacobian(p: dict[str, Any]) -> str:
+    text = f"a probability vector p with n={p['n']}"
+    if p["concentration"] < 0.1:
+        text += " (peaked: most of the mass on one entry)"
+    elif p["concentration"] > 100:
+        text += " (almost uniform)"
+    return text
+
+
+def jacobian_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
+    jac = got.get("jacobian")
+    if jac is not None and jac.ndim == 2 and not np.allclose(jac.sum(axis=0), 0.0, atol=1e-8):
+        return ["Each column of the Jacobian should sum to 0, because the p_i always sum to 1."]
+    return []
+
+
+CASES = [
+    Case(
+        name="scaled_dot_product_attention",
+        make_inputs=make_attention_inputs,
+        call=call_attention_numpy,
+        describe=describe_attention,
+        hints=attention_hints,
+    ),
+    Case(
+        name="scaled_dot_product_attention_torch",
+        make_inputs=make_attention_inputs,
+        call=call_attention_torch,
+        describe=describe_attention,
+        hints=attention_hints,
+    ),
+    Case(
+        name="scaled_dot_product_attention_torch__gradients",
+        make_inputs=make_attention_inputs,
+        call=call_attention_gradients,
+        describe=lambda p: "the gradients of sum(output * G) for a fixed G, " + describe_attention(p),
+        hints=gradient_hints,
+        labels=GRADIENT_LABELS,
+    ),
+    Case(
+        name="softmax_jacobian",
+        make_inputs=make_jacobian_inputs,
+        call=lambda fn, inputs: {"jacobian": fn(inputs["p"])},
+        describe=describe_jacobian,
+        hints=jacobian_hints,
+        atol=1e-8,
+    ),
+]

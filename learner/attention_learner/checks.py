@@ -1,0 +1,232 @@
+"""The checks that test cells call, and the failure messages both sides of grading share.
+
+``check(name, learner_fn, seed=..., **params)`` builds one case of the exercise ``name``,
+calls the learner's function (or class) on it and judges the raw outputs. On a mismatch it
+raises ``AssertionError`` whose message gives the shape expected and got, the largest error
+and where it is, and the classic bug the output matches, if any.
+
+Where the verdict comes from:
+
+- under the grader (recording on, see :mod:`attention_learner.recording`) it does not judge:
+  it records the learner's raw arrays and the grader's parent process judges them with the
+  same message composition (:func:`explain`), from expected values it computes itself;
+- in a learner's kernel it judges the visible cases against the expected values shipped with
+  this package (:mod:`attention_learner.expected`);
+- a case that is not shipped (a hidden case, or one the learner made up) is judged by the
+  instructor's ``grader`` package when it is installed (it registers itself under the entry
+  point group ``attention_learner.judges``); otherwise the check says plainly that it cannot
+  judge that case here.
+
+Nothing here writes to stderr (nbgrader scores a test cell 0 if anything does): warnings the
+learner's code raises are caught and reported inside the message, and the functions return
+None (a number as a cell's last expression would be read as partial credit).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+import numpy as np
+
+from attention_learner import expected as shipped_data
+from attention_learner.cases import get_case
+from attention_learner.recording import CheckRecord, record
+from attention_learner.spec import Arrays, Case, Inputs, to_numpy
+
+Judge = Callable[[str, dict[str, Any], Inputs, Arrays], str]
+
+
+class NoExpectedValues(LookupError):
+    """A check of a case whose expected values are neither shipped nor computable here."""
+
+
+def check(exercise: str, learner: Any, *, seed: int = 0, **params: Any) -> None:
+    """Run one case of ``exercise`` on the learner's ``learner`` and fail with an explanation."""
+    case = get_case(exercise)
+    inputs = case.make_inputs(np.random.default_rng(seed), **params)
+    got, error, warned = run_learner(case, learner, inputs)
+    recorded = record(CheckRecord(exercise, seed, dict(params), got, error))
+    if error:
+        raise AssertionError(error + warned)
+    if recorded:
+        return  # the grader's parent process judges these arrays
+    assert got is not None
+    message = judge_here(case, seed, params, inputs, got)
+    if message:
+        raise AssertionError(message + warned)
+
+
+def run_learner(case: Case, learner: Any, inputs: Inputs) -> tuple[Arrays | None, str, str]:
+    """Call the learner's code on a copy of ``inputs``.
+
+    Returns (outputs or None, error message or "", a note on the first warning or "").
+    Warnings are caught so that they never reach stderr.
+    """
+    name = case.function
+    copies = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
+        warnings.simplefilter("always")
+        try:
+            raw = case.call(learner, copies)
+            outputs = {k: to_numpy(v) for k, v in raw.items()}
+        except NotImplementedError:
+            outputs, error = None, f"{name} is not implemented yet (it raises NotImplementedError)."
+        except Exception as exc:  # the learner's code may raise anything
+            outputs, error = None, f"{name} raised {type(exc).__name__}: {exc}"
+        else:
+            error = ""
+    warned = ""
+    if caught:
+        warned = f"\n(Your code also warned: {caught[0].category.__name__}: {caught[0].message})"
+    return outputs, error, warned
+
+
+def judge_here(case: Case, seed: int, params: dict[str, Any], inputs: Inputs, got: Arrays) -> str:
+    """The verdict in this process: shipped data first, then the instructor's grader."""
+    shipped = shipped_data.lookup(case.name, seed, params)
+    if shipped is not None:
+        return explain(case, params, inputs, got, shipped.expected, shipped.bugs)
+    judge = instructor_judge()
+    if judge is not None:
+        return judge(case.name, dict(params), inputs, got)
+    raise NoExpectedValues(
+        f"check({case.name!r}, seed={seed}, {', '.join(f'{k}={v!r}' for k, v in params.items())}) "
+        "is not one of the visible test cases, so attention_learner has no expected values for "
+        "it: only the grader can judge it. The visible checks of the notebook work as they are."
+    )
+
+
+_registered: list[Judge] = []
+
+
+def register_judge(judge: Judge) -> None:
+    """Let ``judge`` decide the cases this package ships no expected values for."""
+    _registered.insert(0, judge)
+
+
+def instructor_judge() -> Judge | None:
+    """The judge the instructor's ``grader`` package registers, when it is installed here."""
+    return _registered[0] if _registered else _judge_from_entry_points()
+
+
+@cache
+def _judge_from_entry_points() -> Judge | None:
+    for entry in entry_points(group="attention_learner.judges"):
+        try:
+            return entry.load()
+        except Exception:  # registered but not importable here (e.g. in a grading sandbox)
+            continue
+    return None
+
+
+# ---------------------------------------------------------------- messages
+
+
+def explain(
+    case: Case,
+    params: dict[str, Any],
+    inputs: Inputs,
+    got: Arrays,
+    expected: Arrays,
+    bugs: list[tuple[str, Arrays]],
+) -> str:
+    """Compare a learner's raw outputs ``got`` with ``expected``; "" when they pass.
+
+    Otherwise the explanation: what is wrong with each output, the classic bug among ``bugs``
+    (description, that bug's outputs on these inputs) that ``got`` reproduces, and the case's
+    hints. Both the learner's kernel and the grader's parent compose messages here.
+    """
+    raw = got
+    if case.derive is not None:
+        try:
+            got = case.derive(inputs, got)
+        except Exception as exc:  # e.g. outputs of the wrong shape
+            return f"{case.function} is wrong on {case.case_description(params)}: {exc}"
+    problems = [
+        p
+        for key in expected
+        if (p := compare(key, expected[key], got.get(key), case.atol, case.rtol, case.labels))
+    ]
+    if not problems:
+        return ""
+    lines = [f"{case.function} is wrong on {case.case_description(params)}:"]
+    lines += [f"- {p}" for p in problems]
+    bug = matching_bug(raw, bugs, case.atol, case.rtol)
+    if bug:
+        lines.append(f"This looks like {bug}.")
+    if case.hints is not None:
+        lines += case.hints(inputs, expected, got)
+    return "\n".join(lines)
+
+
+def compare(
+    key: str,
+    expected: np.ndarray,
+    got: np.ndarray | None,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    labels: dict[str, str] | None = None,
+) -> str:
+    """One output against its expected value; "" when close, else what is wrong, in words."""
+    what = (labels or {}).get(key, key)
+    if got is None:
+        return f"no {what} was returned"
+    if got.shape != expected.shape:
+        hint = ""
+        if expected.ndim >= 2 and got.shape == expected.shape[:-2] + expected.shape[-2:][::-1]:
+            hint = " (the last two axes look swapped: a missing or extra transpose)"
+        return f"{what} has shape {got.shape}, expected {expected.shape}{hint}"
+    if expected.dtype.kind == "b" or got.dtype.kind == "b":
+        if expected.dtype.kind != got.dtype.kind:
+            return f"{what} should be a bool array, got dtype {got.dtype}"
+        wrong = np.argwhere(expected != got)
+        if len(wrong):
+            at = tuple(int(i) for i in wrong[0])
+            return (
+                f"{what} differs at {len(wrong)} of {expected.size} entries, first at index {at} "
+                f"(expected {bool(expected[at])}, got {bool(got[at])})"
+            )
+        return ""
+    bad = ~np.isfinite(got) & np.isfinite(expected)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        return f"{what} has {int(bad.sum())} NaN or infinite entries, first at index {at}"
+    if np.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=True):
+        return ""
+    error = np.abs(got - expected)
+    error = np.where(np.isnan(error), 0.0, error)
+    at = np.unravel_index(int(np.argmax(error)), error.shape)
+    at_text = tuple(int(i) for i in at)
+    return (
+        f"{what} differs from the expected value: largest error {float(error[at]):.3g} at index "
+        f"{at_text} (expected {float(expected[at]):.6g}, got {float(got[at]):.6g})"
+    )
+
+
+def matching_bug(got: Arrays, bugs: list[tuple[str, Arrays]], atol: float, rtol: float) -> str:
+    """The first classic bug (description, its outputs) whose outputs ``got`` reproduces, or ""."""
+    for description, produced in bugs:
+        if produced and all(
+            k in got
+            and got[k].shape == v.shape
+            and np.allclose(got[k], v, atol=atol, rtol=rtol, equal_nan=True)
+            for k, v in produced.items()
+        ):
+            return description
+    return ""
+
+
+def check_close(got: Any, expected: Any, what: str, atol: float = 1e-6) -> None:
+    """A small visible assertion with a readable message, for hand-worked examples."""
+    got_a, expected_a = to_numpy(got), to_numpy(expected)
+    if got_a.shape != expected_a.shape:
+        raise AssertionError(f"{what}: expected shape {expected_a.shape}, got {got_a.shape}")
+    if not np.allclose(got_a, expected_a, atol=atol, rtol=1e-5):
+        raise AssertionError(
+            f"{what}: expected\n{np.array2string(expected_a, precision=4)}\n"
+            f"got\n{np.array2string(got_a, precision=4)}"
+        )

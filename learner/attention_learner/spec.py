@@ -1,0 +1,104 @@
+"""What a test case is: how to build its inputs, call the learner's code on them, and describe it.
+
+A :class:`Case` is data, not a test. The same case runs in a learner's kernel (where its
+expected values come from the data shipped with this package) and in the grader's parent
+process (which recomputes the expected values from its reference and judges the raw arrays a
+submission sent back). Nothing here knows the right answer.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+Inputs = dict[str, Any]
+
+
+def builder_defaults(make_inputs: Callable[..., Inputs]) -> dict[str, Any]:
+    """The keyword defaults of an input builder ``make_inputs(rng, **params)``.
+
+    Descriptions shown to learners are built from these, so that they can never disagree with
+    the case that actually runs.
+    """
+    return {
+        name: p.default
+        for name, p in inspect.signature(make_inputs).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+
+
+@dataclass(frozen=True)
+class Case:
+    """One graded function or class of the contract, or one aspect of it (``name__aspect``).
+
+    name:        the contract name (the solution cell's grade_id), with ``__aspect`` if any.
+    make_inputs: (rng, **params) -> inputs; deterministic given the generator's seed.
+    call:        (learner object, inputs) -> the learner's RAW outputs; never a verdict.
+    describe:    complete params (builder defaults filled in) -> the case in words.
+    hints:       (inputs, expected, got) -> extra sentences for a failure message.
+    derive:      (inputs, raw outputs) -> what is compared with the expected values, for
+                 property checks (e.g. how far earlier outputs moved); None = the raw outputs.
+                 Whoever judges applies it to the raw arrays itself.
+    labels:      output key -> how to name it in a message ("the gradient with respect to Q").
+    atol, rtol:  the tolerances of the comparison.
+    """
+
+    name: str
+    make_inputs: Callable[..., Inputs]
+    call: Callable[[Any, Inputs], dict[str, Any]]
+    describe: Callable[[dict[str, Any]], str] | None = None
+    hints: Callable[[Inputs, Arrays, Arrays], list[str]] | None = None
+    derive: Callable[[Inputs, Arrays], Arrays] | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    atol: float = 1e-6
+    rtol: float = 1e-5
+
+    @property
+    def function(self) -> str:
+        """The learner's function or class this case calls ("X__torch" is an aspect of X)."""
+        return self.name.split("__", 1)[0]
+
+    def full_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with the builder's defaults filled in."""
+        return {**builder_defaults(self.make_inputs), **params}
+
+    def case_description(self, params: dict[str, Any]) -> str:
+        full = self.full_params(params)
+        if self.describe is not None:
+            return self.describe(full)
+        return ", ".join(f"{k}={v}" for k, v in full.items()) or "the default case"
+
+
+def unpack(result: Any, names: tuple[str, ...], function: str) -> tuple[Any, ...]:
+    """Split a learner's return value into ``names``, with a clear error if it has the wrong arity."""
+    if len(names) == 1:
+        return (result,)
+    if not isinstance(result, tuple | list) or len(result) != len(names):
+        kind = type(result).__name__
+        raise TypeError(
+            f"{function} should return the tuple ({', '.join(names)}), got a {kind}"
+            + (f" of length {len(result)}" if isinstance(result, tuple | list) else "")
+        )
+    return tuple(result)
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A learner's output as a NumPy array: bool stays bool, everything else becomes float64.
+
+    Tensors are detached first; keeping bool apart lets a check tell a float mask from a
+    boolean one.
+    """
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        value = value.numpy() if str(value.dtype) == "torch.bool" else value.double().numpy()
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise TypeError(f"expected an array of numbers, got {type(value).__name__}")
+    if array.dtype.kind == "b":
+        return array
+    return array.astype(np.float64)
