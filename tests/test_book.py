@@ -1,8 +1,8 @@
 """The built book: a clean, warning-free build that shows everything and leaks nothing.
 
-One session-scoped fixture runs ``jupyter-book build --all -W --keep-going`` on the checkout
-with ``--path-output`` in a temporary folder (so the build starts from nothing, as CI's does,
-and the developer's own ``_build`` is left alone). The tests then read the HTML it wrote.
+The session-scoped ``built_book`` fixture (``tests/conftest.py``, shared with the browser
+test) runs ``jupyter-book build --all -W --keep-going`` once, from nothing, in a temporary
+folder. The tests here read the HTML it wrote.
 """
 
 from __future__ import annotations
@@ -10,23 +10,16 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-yaml = pytest.importorskip("yaml")  # installed with jupyter-book
+from .conftest import ROOT, toc_files
 
-pytestmark = [pytest.mark.book, pytest.mark.slow]
+pytest.importorskip("yaml")  # installed with jupyter-book
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.book, pytest.mark.slow, pytest.mark.xdist_group("book")]
 
-# ipykernel logs this to the terminal whenever a kernel starts over TCP (it always does under
-# nbclient); it is the kernel's own log line, not a Sphinx warning, and -W does not see it.
-KERNEL_TRANSPORT_NOTICE = "[IPKernelApp] WARNING | Kernel is running over TCP without encryption"
 SOLUTION_MARKERS = (
     "### BEGIN SOLUTION",
     "### END SOLUTION",
@@ -38,71 +31,7 @@ SOLUTION_MARKERS = (
 TEXT_SUFFIXES = {".html", ".htm", ".txt", ".md", ".ipynb", ".js", ".json", ".py", ".inv"}
 
 
-def jupyter_book_command() -> list[str]:
-    beside_python = Path(sys.executable).with_name("jupyter-book")
-    if beside_python.exists():
-        return [str(beside_python)]
-    found = shutil.which("jupyter-book")
-    if found is None:
-        pytest.skip("jupyter-book is not installed (pip install -e '.[book]')")
-    return [found]
-
-
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory) -> Path:
-    """Build the whole book once, from scratch; return the folder holding ``index.html``."""
-    out = tmp_path_factory.mktemp("book")
-    command = jupyter_book_command() + [
-        "build",
-        "--all",
-        "-W",
-        "--keep-going",
-        "--path-output",
-        str(out),
-        str(ROOT),
-    ]
-    started = time.perf_counter()
-    result = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False
-    )
-    elapsed = time.perf_counter() - started
-    log = result.stdout + result.stderr
-    (out / "build.log").write_text(log, encoding="utf-8")
-    assert result.returncode == 0, (
-        f"jupyter-book build failed after {elapsed:.0f} s:\n{log[-6000:]}"
-    )
-    warnings = [
-        line
-        for line in log.splitlines()
-        if "WARNING" in line and KERNEL_TRANSPORT_NOTICE not in line
-    ]
-    assert not warnings, "the book built with warnings:\n" + "\n".join(warnings)
-    html_dir = out / "_build" / "html"
-    assert (html_dir / "index.html").exists(), f"no index.html in {html_dir}"
-    print(f"book built in {elapsed:.1f} s")
-    return html_dir
-
-
 # --- what the toc promises -------------------------------------------------------------
-
-
-def toc_files() -> list[str]:
-    """Every page listed in _toc.yml, root included, as a path without suffix."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = [toc["root"]]
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                files.append(str(node["file"]))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk({k: v for k, v in toc.items() if k != "root"})
-    return [re.sub(r"\.(md|ipynb)$", "", f) for f in files]
 
 
 def exercise_pages() -> list[str]:
@@ -210,6 +139,8 @@ def readable_text(path: Path) -> str:
 def built_texts(html_dir: Path) -> dict[Path, tuple[str, str]]:
     texts = {}
     for path in html_dir.rglob("*"):
+        if "mathjax" in path.relative_to(html_dir).parts[:2]:
+            continue  # MathJax's own 24 MB of scripts, copied from the sphinx-mathjax-offline package
         if path.is_file() and path.suffix in TEXT_SUFFIXES:
             raw = path.read_text(encoding="utf-8", errors="replace")
             texts[path] = (raw, readable_text(path))
@@ -288,10 +219,15 @@ def test_exercise_notebooks_are_shown_not_executed(built_book):
 # --- math and figures --------------------------------------------------------------------
 
 
-def test_math_is_typeset_with_mathjax(built_book):
+def test_math_is_typeset_with_mathjax_shipped_with_the_book(built_book):
     for page in ["intro", "notation", *chapter_pages("03_scaled_dot_product")]:
         text = (built_book / f"{page}.html").read_text(encoding="utf-8")
-        assert re.search(r"<script[^>]+mathjax", text, re.I), f"{page}: no MathJax script"
+        scripts = re.findall(r'<script[^>]+src="([^"]*mathjax[^"]*)"', text, re.I)
+        assert scripts, f"{page}: no MathJax script"
+        for src in scripts:  # a local file, so the site renders math offline and from disk
+            assert not re.match(r"(https?:)?//", src), f"{page}: MathJax from the network: {src}"
+            local = (built_book / page).parent / src.split("?")[0]
+            assert local.resolve().is_file(), f"{page}: {src} is not in the built site"
     formula_page = built_book / "chapters/03_scaled_dot_product/scaled_dot_product_attention.html"
     text = formula_page.read_text(encoding="utf-8")
     assert 'class="math notranslate nohighlight"' in text
@@ -311,6 +247,42 @@ def test_chapter_3_pages_show_figures(built_book, page):
         assert image.exists() and image.stat().st_size > 5_000, f"{src} missing or empty"
 
 
+def test_no_page_loads_a_script_from_the_network(built_book):
+    for page in toc_files():
+        text = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        remote = re.findall(r'<script[^>]+src="((?:https?:)?//[^"]+)"', text)
+        assert not remote, f"{page}: scripts from the network: {remote}"
+
+
+def test_launch_buttons_only_on_exercise_notebooks(built_book):
+    exercises = set(exercise_pages())
+    for page in toc_files():
+        text = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        launch = re.search(r'href="https://(mybinder\.org|colab\.research\.google\.com)', text)
+        if page in exercises:
+            assert launch, f"{page}: an exercise notebook without launch buttons"
+        else:
+            assert not launch, f"{page}: a narrative page with launch buttons"
+
+
+def test_every_figure_is_numbered_with_a_caption_and_alt_text(built_book):
+    for page in toc_files():
+        if page in exercise_pages():
+            continue
+        text = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        for image in re.findall(r"<img[^>]*>", text):
+            alt = re.search(r'alt="([^"]*)"', image)
+            assert alt and len(alt.group(1)) >= 20, f"{page}: an image without real alt text"
+            assert not re.search(r"[0-9a-f]{16}", alt.group(1)), f"{page}: a hashed alt text"
+        figures = re.findall(r"<figure[^>]*>(.*?)</figure>", text, re.S)
+        images = re.findall(r'<img[^>]+src="[^"]*_images/', text)
+        assert len(figures) >= len(images), f"{page}: an image outside a captioned figure"
+        for figure in figures:
+            assert re.search(r'class="caption-number">Fig\. \d+', figure), (
+                f"{page}: a figure without a number"
+            )
+
+
 def test_every_chapter_has_objectives_and_a_summary(built_book):
     chapters = sorted({f.split("/")[1] for f in toc_files() if f.startswith("chapters/")})
     for assignment in chapters:
@@ -319,4 +291,8 @@ def test_every_chapter_has_objectives_and_a_summary(built_book):
             for p in chapter_pages(assignment)
         )
         assert "Learning objectives" in texts, f"{assignment}: no learning objectives"
+        first = (built_book / f"{chapter_pages(assignment)[0]}.html").read_text(encoding="utf-8")
+        assert re.search(r'class="admonition[^"]*".*?Learning objectives', first, re.S), (
+            f"{assignment}: learning objectives are not an admonition on the chapter's first page"
+        )
         assert re.search(r">\s*Summary", texts), f"{assignment}: no summary"
