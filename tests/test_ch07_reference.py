@@ -161,7 +161,8 @@ def test_cached_decoding_equals_torch_multihead_attention_and_resets():
     theirs = to_torch_multihead(full)
     x = torch.randn(2, 9, 12, dtype=torch.float64)
     with torch.no_grad():
-        expected, _ = theirs(x, x, x, attn_mask=torch_attn_mask(causal_mask(9), 2, 3, 9, 9), need_weights=False)
+        blocked = torch_attn_mask(causal_mask(9), 2, 3, 9, 9)  # (B*h, n, n), True = ignore
+        expected, _ = theirs(x, x, x, attn_mask=blocked, need_weights=False)
         first = decode_in_chunks(cached, x, [4, 1, 1, 3])
         cached.reset()
         second = decode_in_chunks(cached, x, [1] * 9)

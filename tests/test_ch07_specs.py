@@ -1,0 +1,88 @@
+"""Chapter 7's exercise specs: the reference passes every check the notebook makes, every
+classic bug is named by at least one of them, and failures read well."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from grader.checks import check
+from grader.exercises.ch07 import EXERCISES
+from grader.reference import CachedSelfAttention, KVCache, online_softmax_attention
+from tests.spec_helpers import assert_bugs_caught, notebook_checks
+
+pytestmark = pytest.mark.ch07
+
+ASSIGNMENT = "07_attention_at_scale"
+REFERENCE = {
+    "online_softmax_attention": online_softmax_attention,
+    "KVCache": KVCache,
+    "CachedSelfAttention": CachedSelfAttention,
+    "CachedSelfAttention__torch": CachedSelfAttention,
+}
+
+
+def test_the_reference_passes_every_check_of_the_notebook():
+    calls = notebook_checks(ASSIGNMENT)
+    assert {name for name, _, _ in calls} == set(REFERENCE)
+    for name, seed, params in calls:
+        check(name, REFERENCE[name], seed=seed, **params)
+
+
+def test_every_classic_bug_is_named_by_a_check_of_the_notebook():
+    assert_bugs_caught(ASSIGNMENT, EXERCISES)
+
+
+def test_a_stub_is_reported_as_not_implemented():
+    def online_softmax_attention(Q, K, V, block_size, mask=None):
+        raise NotImplementedError()
+
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        check("online_softmax_attention", online_softmax_attention, seed=1)
+
+
+def test_returning_a_tuple_is_explained():
+    def online_softmax_attention_with_weights(Q, K, V, block_size, mask=None):
+        return online_softmax_attention(Q, K, V, block_size, mask), None
+
+    with pytest.raises(AssertionError, match="output array alone"):
+        check("online_softmax_attention", online_softmax_attention_with_weights, seed=1)
+
+
+def test_a_cache_that_concatenates_features_is_told_so():
+    class FeatureCache(KVCache):
+        def append(self, k_new, v_new):
+            if self.k is None:
+                self.k, self.v = k_new, v_new
+            else:
+                self.k, self.v = torch.cat([self.k, k_new], -1), torch.cat([self.v, v_new], -1)
+            return self.k, self.v
+
+    with pytest.raises(AssertionError, match="other than the sequence axis"):
+        check("KVCache", FeatureCache, seed=1)
+    with pytest.raises(AssertionError, match="along the feature axis"):
+        check("KVCache", FeatureCache, seed=2, chunks=(2, 2, 2))
+
+
+def test_a_layer_without_cache_is_told_that_the_later_chunks_are_wrong():
+    class NoCache(CachedSelfAttention):
+        def forward(self, x_new):
+            self.reset()
+            return super().forward(x_new)
+
+    with pytest.raises(AssertionError) as failure:
+        check("CachedSelfAttention", NoCache, seed=1)
+    message = str(failure.value)
+    assert "The first chunk is right but later ones are not" in message
+    assert "earlier chunks were not used" in message
+
+
+def test_nan_outputs_get_the_overflow_hint():
+    def overflowing(Q, K, V, block_size, mask=None):
+        s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+        p = np.exp(s)  # no max subtracted: inf / inf = NaN for scores above ~709
+        return (p @ V) / p.sum(-1, keepdims=True)
+
+    with pytest.raises(AssertionError, match="exp overflows"):
+        check("online_softmax_attention", overflowing, seed=10, n_k=9, block_size=2, logit_scale=1000.0)
