@@ -18,6 +18,7 @@ from grader.reference.scaled_dot_product import (
 )
 from grader.reference.softmax import masked_softmax, softmax, softmax_jacobian
 from grader.reference.transformer import DecoderLayer, EncoderLayer, causal_mask, padding_mask
+from grader.reference.translator import greedy_decode, positional_encoding
 
 __all__ = [
     "attend",
@@ -26,6 +27,7 @@ __all__ = [
     "online_softmax_attention",
     "dot_product_attention",
     "dot_scores",
+    "greedy_decode",
     "jacobian_norms",
     "project_qkv",
     "rnn_forward",
@@ -36,6 +38,7 @@ __all__ = [
     "causal_mask",
     "merge_heads",
     "padding_mask",
+    "positional_encoding",
     "split_heads",
     "masked_softmax",
     "scaled_dot_product_attention",

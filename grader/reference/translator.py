@@ -1,0 +1,463 @@
+"""A tiny translator (chapter 6): positional encodings, greedy decoding, and the models.
+
+Positional encoding (Vaswani et al., 2017), for position p and feature pair i:
+
+    PE[p, 2i]     = sin(p * w_i)        w_i = 10000^(-2i / d_model)
+    PE[p, 2i + 1] = cos(p * w_i)
+
+Each pair (2i, 2i + 1) is a point on a circle turning at its own frequency w_i, so moving
+from position p to p + k rotates every pair by the angle k * w_i: PE[p + k] = PE[p] R(k),
+where R(k) is block-diagonal with 2 x 2 rotations that do not depend on p. Hence the dot
+product PE[p] . PE[p + k] = sum_i cos(k * w_i) depends on the offset k only. With an odd
+d_model the last column is a sine without its cosine partner.
+
+Greedy decoding feeds the model its own most likely token, one step at a time, starting
+from the beginning-of-sentence token, until every sentence of the batch has emitted the
+end-of-sentence token or ``max_len`` tokens were produced.
+
+The models take integer token ids (B, n), 0 being padding, and expose the interface that
+:func:`greedy_decode` uses: ``encode(src) -> memory`` and ``decode(tgt, memory) -> logits
+(B, n_tgt, vocab)``. :class:`TinyTransformer` is built from the chapter-5 layers;
+:class:`GRUTranslator` is the recurrent baseline, with or without attention over the
+encoder's states.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
+from grader.reference.transformer import DecoderLayer, EncoderLayer
+
+PAD, BOS, EOS = 0, 1, 2
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+
+
+# ---------------------------------------------------------------- positional encoding
+
+
+def positional_encoding(n: int, d_model: int) -> np.ndarray:
+    """The sinusoidal encoding of positions 0 .. n-1, float64 (n, d_model).
+
+    Column 2i is sin(p * w_i) and column 2i + 1 is cos(p * w_i), w_i = 10000^(-2i/d_model).
+    """
+    positions = np.arange(n, dtype=np.float64)[:, None]  # (n, 1)
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)  # (ceil(d_model / 2),): 0, 2, 4, ...
+    frequencies = np.power(10000.0, -two_i / d_model)  # (ceil(d_model / 2),)
+    angles = positions * frequencies  # (n, ceil(d_model / 2))
+    pe = np.empty((n, d_model), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angles)  # even columns
+    pe[:, 1::2] = np.cos(angles[:, : d_model // 2])  # odd columns (one fewer if d_model is odd)
+    return pe
+
+
+# ---------------------------------------------------------------- greedy decoding
+
+
+@torch.no_grad()
+def greedy_decode(model: Any, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int) -> torch.Tensor:
+    """Decode a batch greedily; return the generated ids, int64 (B, T), without the BOS.
+
+    ``model.encode(src)`` is called once; at step t, ``model.decode(tgt, memory)`` sees the
+    ids produced so far, tgt = [BOS, y_1, ..., y_t] (B, t + 1), and y_{t+1} is the argmax of
+    its logits at the LAST position. A sentence that has emitted ``eos_id`` is finished: its
+    later entries are ``eos_id``. Decoding stops when every sentence has finished or after
+    ``max_len`` steps, so T = min(max_len, the step at which the last sentence finished).
+    """
+    memory = model.encode(src)
+    B = src.shape[0]
+    tgt = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
+    for _ in range(max_len):
+        logits = model.decode(tgt, memory)  # (B, t + 1, vocab)
+        next_id = logits[:, -1].argmax(dim=-1)  # (B,)
+        next_id = torch.where(finished, torch.full_like(next_id, eos_id), next_id)
+        tgt = torch.cat([tgt, next_id[:, None]], dim=1)  # (B, t + 2)
+        finished |= next_id == eos_id
+        if bool(finished.all()):
+            break
+    return tgt[:, 1:]  # (B, T)
+
+
+# ---------------------------------------------------------------- the synthetic language pair
+
+# English noun -> (French noun, gender). No noun starts with a vowel, so that the article
+# never elides (l'arbre) and "the" is always "le" or "la".
+NOUNS = {
+    "cat": ("chat", "m"),
+    "dog": ("chien", "m"),
+    "boy": ("garçon", "m"),
+    "book": ("livre", "m"),
+    "boat": ("bateau", "m"),
+    "horse": ("cheval", "m"),
+    "street": ("rue", "f"),
+    "car": ("voiture", "f"),
+    "house": ("maison", "f"),
+    "girl": ("fille", "f"),
+    "table": ("table", "f"),
+    "flower": ("fleur", "f"),
+}
+# English adjective -> (masculine, feminine). All of them follow the noun in French.
+ADJECTIVES = {
+    "red": ("rouge", "rouge"),
+    "black": ("noir", "noire"),
+    "green": ("vert", "verte"),
+    "white": ("blanc", "blanche"),
+    "heavy": ("lourd", "lourde"),
+    "tired": ("fatigué", "fatiguée"),
+}
+ARTICLES = {"the": ("le", "la"), "a": ("un", "une")}
+VERBS = {"sees": "voit", "likes": "aime", "follows": "suit", "finds": "trouve", "pushes": "pousse"}
+CONJUNCTION = {"and": "et"}
+
+
+def translate(sentence: list[str]) -> list[str]:
+    """The toy grammar's translation of an English token list.
+
+    Articles take the gender of their noun (the street -> la rue, the cat -> le chat), and
+    adjectives move after the noun and agree with it (the red car -> la voiture rouge, the
+    black cat -> le chat noir); verbs and "and" translate word for word.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(sentence):
+        word = sentence[i]
+        if word in ARTICLES:
+            j = i + 1
+            while sentence[j] in ADJECTIVES:
+                j += 1
+            noun, gender = NOUNS[sentence[j]]
+            g = 0 if gender == "m" else 1
+            out.append(ARTICLES[word][g])
+            out.append(noun)
+            out.extend(ADJECTIVES[a][g] for a in sentence[i + 1 : j])
+            i = j + 1
+        elif word in VERBS:
+            out.append(VERBS[word])
+            i += 1
+        elif word in CONJUNCTION:
+            out.append(CONJUNCTION[word])
+            i += 1
+        else:
+            raise ValueError(f"{word!r} is not in the toy grammar")
+    return out
+
+
+def random_sentence(rng: np.random.Generator, n_clauses: int, p_adjective: float = 0.5) -> list[str]:
+    """An English sentence of ``n_clauses`` clauses "NP verb NP" joined by "and".
+
+    A noun phrase is an article, at most one adjective (with probability ``p_adjective``),
+    and a noun.
+    """
+    nouns, adjectives = list(NOUNS), list(ADJECTIVES)
+
+    def noun_phrase() -> list[str]:
+        words = [str(rng.choice(list(ARTICLES)))]
+        if rng.random() < p_adjective:
+            words.append(adjectives[rng.integers(len(adjectives))])
+        return words + [nouns[rng.integers(len(nouns))]]
+
+    words: list[str] = []
+    for c in range(n_clauses):
+        if c:
+            words.append("and")
+        words += noun_phrase() + [list(VERBS)[rng.integers(len(VERBS))]] + noun_phrase()
+    return words
+
+
+class Vocab:
+    """Token <-> id, with <pad> = 0, <bos> = 1, <eos> = 2 first."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.tokens = list(SPECIAL_TOKENS) + sorted(set(words) - set(SPECIAL_TOKENS))
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def encode(self, words: list[str]) -> list[int]:
+        return [self.index[w] for w in words]
+
+    def decode(self, ids: list[int] | torch.Tensor) -> list[str]:
+        """Ids -> words, stopping at the first <eos> and skipping <bos> and <pad>."""
+        words = []
+        for i in [int(i) for i in ids]:
+            if i == EOS:
+                break
+            if i not in (PAD, BOS):
+                words.append(self.tokens[i])
+        return words
+
+
+def source_vocab() -> Vocab:
+    return Vocab(list(NOUNS) + list(ADJECTIVES) + list(ARTICLES) + list(VERBS) + list(CONJUNCTION))
+
+
+def target_vocab() -> Vocab:
+    words = [n for n, _ in NOUNS.values()] + [w for pair in ADJECTIVES.values() for w in pair]
+    words += [w for pair in ARTICLES.values() for w in pair] + list(VERBS.values())
+    return Vocab(words + list(CONJUNCTION.values()))
+
+
+def make_pairs(
+    n: int, seed: int, clauses: tuple[int, ...] = (1, 2, 3), exclude: set[tuple[str, ...]] | None = None
+) -> list[tuple[list[str], list[str]]]:
+    """``n`` distinct (English, French) pairs, the number of clauses drawn from ``clauses``;
+    sentences in ``exclude`` (tuples of English words) are skipped, for a held-out set."""
+    rng = np.random.default_rng(seed)
+    seen = set(exclude or ())
+    pairs = []
+    while len(pairs) < n:
+        english = random_sentence(rng, int(rng.choice(clauses)))
+        if tuple(english) in seen:
+            continue
+        seen.add(tuple(english))
+        pairs.append((english, translate(english)))
+    return pairs
+
+
+def to_batch(
+    pairs: list[tuple[list[str], list[str]]], src_vocab: Vocab, tgt_vocab: Vocab
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padded id tensors for teacher forcing: (src (B, n_src), tgt_in (B, m), tgt_out (B, m)).
+
+    tgt_out is the translation followed by <eos>; tgt_in is the same sequence shifted right
+    by one, starting with <bos>: at position t the decoder reads the true token t - 1 and
+    must predict token t. Padding is 0 everywhere.
+    """
+    n_src = max(len(e) for e, _ in pairs)
+    m = max(len(f) for _, f in pairs) + 1
+    src = torch.full((len(pairs), n_src), PAD, dtype=torch.long)
+    tgt_in = torch.full((len(pairs), m), PAD, dtype=torch.long)
+    tgt_out = torch.full((len(pairs), m), PAD, dtype=torch.long)
+    for b, (english, french) in enumerate(pairs):
+        s, f = src_vocab.encode(english), tgt_vocab.encode(french)
+        src[b, : len(s)] = torch.tensor(s)
+        tgt_in[b, : len(f) + 1] = torch.tensor([BOS] + f)
+        tgt_out[b, : len(f) + 1] = torch.tensor(f + [EOS])
+    return src, tgt_in, tgt_out
+
+
+# ---------------------------------------------------------------- the Transformer translator
+
+
+class TinyTransformer(nn.Module):
+    """An encoder-decoder Transformer from the chapter-5 layers (post-norm, no dropout).
+
+    Token embeddings (initialised with entries of size 1/sqrt(d_model)) are scaled by
+    sqrt(d_model) and added to the sinusoidal positional
+    encoding; a final linear layer maps the decoder's output to target-vocabulary logits.
+    ``decode`` keeps the cross-attention weights of each decoder layer in
+    ``self.cross_weights`` (a list of (B, h, n_tgt, n_src) tensors) for plotting.
+    """
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 32,
+        num_heads: int = 4,
+        d_ff: int = 64,
+        num_encoder_layers: int = 1,
+        num_decoder_layers: int = 1,
+        max_len: int = 64,
+    ) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        for embedding in (self.src_embed, self.tgt_embed):
+            # entries of size 1 / sqrt(d_model), so that after the sqrt(d_model) scaling in
+            # embed() they are of size 1, like the positional encoding's: with nn.Embedding's
+            # default N(0, 1) the positions would drown in the token vectors
+            nn.init.normal_(embedding.weight, std=d_model**-0.5)
+        pe = torch.from_numpy(positional_encoding(max_len, d_model)).float()
+        self.register_buffer("pe", pe, persistent=False)  # (max_len, d_model)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff) for _ in range(num_encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff) for _ in range(num_decoder_layers)
+        )
+        self.generator = nn.Linear(d_model, tgt_vocab)
+        self.cross_weights: list[torch.Tensor] = []
+
+    def embed(self, embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, n) -> embedding * sqrt(d_model) + PE, (B, n, d_model)."""
+        x = embedding(ids) * math.sqrt(self.d_model)  # (B, n, d_model)
+        return x + self.pe[: ids.shape[1]].to(x.dtype)  # (B, n, d_model)
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, n_src) -> memory: (states (B, n_src, d_model), source padding mask (B, n_src))."""
+        pad = src != PAD  # (B, n_src), True = real token
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            x = layer(x, pad)  # (B, n_src, d_model)
+        return x, pad
+
+    def decode(self, tgt: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """tgt (B, n_tgt) -> logits (B, n_tgt, tgt_vocab); position t sees tgt[:, :t+1] only."""
+        states, src_pad = memory
+        y = self.embed(self.tgt_embed, tgt)  # (B, n_tgt, d_model)
+        self.cross_weights = []
+        for layer in self.decoder_layers:
+            y, weights = layer(y, states, tgt != PAD, src_pad)  # weights (B, h, n_tgt, n_src)
+            self.cross_weights.append(weights.detach())
+        return self.generator(y)  # (B, n_tgt, tgt_vocab)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: logits (B, n_tgt, tgt_vocab) for every position at once."""
+        return self.decode(tgt_in, self.encode(src))
+
+
+def to_torch_transformer(model: TinyTransformer) -> nn.Transformer:
+    """``nn.Transformer`` (batch_first, post-norm, dropout 0) with the weights of ``model``.
+
+    ``nn.Transformer`` ends each stack with an extra LayerNorm that our model does not
+    have; they are removed (set to None), so that it computes the same function of the
+    embedded inputs. Call it with masks in torch's convention (True = ignore).
+    """
+    from grader.reference.transformer import to_torch_decoder_layer, to_torch_encoder_layer
+
+    first = model.encoder_layers[0]
+    weight = first.self_attn.W_q.weight
+    theirs = nn.Transformer(
+        d_model=model.d_model,
+        nhead=first.self_attn.num_heads,
+        num_encoder_layers=len(model.encoder_layers),
+        num_decoder_layers=len(model.decoder_layers),
+        dim_feedforward=first.ff[0].out_features,
+        dropout=0.0,
+        batch_first=True,
+        norm_first=False,
+        device=weight.device,
+        dtype=weight.dtype,
+    )
+    theirs.encoder.layers = nn.ModuleList(to_torch_encoder_layer(x) for x in model.encoder_layers)
+    theirs.decoder.layers = nn.ModuleList(to_torch_decoder_layer(x) for x in model.decoder_layers)
+    theirs.encoder.norm = None
+    theirs.decoder.norm = None
+    return theirs
+
+
+# ---------------------------------------------------------------- the recurrent baselines
+
+
+class GRUTranslator(nn.Module):
+    """A GRU encoder-decoder, with or without attention over the encoder's states.
+
+    Without attention the decoder starts from the encoder's last state (of each sentence's
+    last real token) and sees nothing else of the source: the whole sentence must fit in one
+    vector of size ``hidden``. With attention, the decoder state s_t of each step is a query
+    over the encoder states H (scaled dot-product attention, padding masked), and the
+    context c_t = softmax(s_t H^T / sqrt(hidden)) H joins s_t before the output layer.
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 64, attention: bool = False) -> None:
+        super().__init__()
+        self.attention = attention
+        self.src_embed = nn.Embedding(src_vocab, hidden)
+        self.tgt_embed = nn.Embedding(tgt_vocab, hidden)
+        self.encoder = nn.GRU(hidden, hidden, batch_first=True)
+        self.decoder = nn.GRU(hidden, hidden, batch_first=True)
+        self.generator = nn.Linear(2 * hidden if attention else hidden, tgt_vocab)
+        self.attention_weights: torch.Tensor | None = None
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """src (B, n_src) -> (states (B, n_src, hidden), last state (1, B, hidden), pad (B, n_src))."""
+        pad = src != PAD  # (B, n_src)
+        states, _ = self.encoder(self.src_embed(src))  # (B, n_src, hidden)
+        last = pad.sum(dim=1) - 1  # (B,) index of each sentence's last real token
+        final = states[torch.arange(src.shape[0]), last]  # (B, hidden)
+        return states, final[None], pad
+
+    def decode(
+        self, tgt: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    ) -> torch.Tensor:
+        """tgt (B, n_tgt) -> logits (B, n_tgt, tgt_vocab), reading tgt left to right."""
+        states, final, pad = memory
+        s, _ = self.decoder(self.tgt_embed(tgt), final)  # (B, n_tgt, hidden)
+        if not self.attention:
+            return self.generator(s)  # (B, n_tgt, tgt_vocab)
+        mask = pad[:, None, :]  # (B, 1, n_src): hide the source padding from every step
+        context, weights = scaled_dot_product_attention_torch(s, states, states, mask)  # (B, n_tgt, hidden)
+        self.attention_weights = weights.detach()  # (B, n_tgt, n_src)
+        return self.generator(torch.cat([s, context], dim=-1))  # (B, n_tgt, tgt_vocab)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return self.decode(tgt_in, self.encode(src))
+
+
+# ---------------------------------------------------------------- training and measuring
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def train_translator(
+    model: nn.Module,
+    pairs: list[tuple[list[str], list[str]]],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    steps: int = 400,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
+    """Teacher forcing with Adam and cross-entropy (padding ignored); returns the losses.
+
+    Each step draws ``batch_size`` pairs at random (seeded) and trains the model to predict
+    tgt_out from (src, tgt_in), every target position at once.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    src, tgt_in, tgt_out = to_batch(pairs, src_vocab, tgt_vocab)
+    optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        rows = torch.randint(len(pairs), (batch_size,), generator=generator)  # (batch,)
+        s, t_in, t_out = src[rows], tgt_in[rows], tgt_out[rows]
+        n_src, n_tgt = int((s != PAD).sum(1).max()), int((t_in != PAD).sum(1).max())
+        s, t_in, t_out = s[:, :n_src], t_in[:, :n_tgt], t_out[:, :n_tgt]  # trim common padding
+        logits = model(s, t_in)  # (batch, n_tgt, vocab)
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), t_out.reshape(-1))
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def translate_batch(
+    model: nn.Module,
+    sentences: list[list[str]],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    max_len: int = 40,
+) -> list[list[str]]:
+    """Greedy translations of English token lists (one padded batch)."""
+    n = max(len(s) for s in sentences)
+    src = torch.full((len(sentences), n), PAD, dtype=torch.long)
+    for b, s in enumerate(sentences):
+        src[b, : len(s)] = torch.tensor(src_vocab.encode(s))
+    ids = greedy_decode(model, src, max_len, BOS, EOS)  # (B, T)
+    return [tgt_vocab.decode(row) for row in ids]
+
+
+def token_accuracy(predicted: list[str], reference: list[str]) -> float:
+    """The fraction of the reference's positions (and its end) that the prediction gets right.
+
+    Position t counts as right when predicted[t] == reference[t]; a prediction of the wrong
+    length loses the positions it lacks and the end-of-sentence position.
+    """
+    hits = sum(p == r for p, r in zip(predicted, reference, strict=False))
+    hits += len(predicted) == len(reference)
+    return hits / (len(reference) + 1)
