@@ -1,54 +1,22 @@
-"""Chapter 1 exercises: the RNN recurrence and its gradient through time."""
+"""Chapter 1 exercises, the judging half: references and classic bugs of the RNN step, the
+recurrence and the Jacobian norms (the cases are in ``attention_learner.cases.ch01``)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from grader.exercises.cases import normal
+from grader.exercises import exercise
 from grader.exercises.spec import Arrays
-from grader.exercises.spec import legacy_exercise as Exercise
-from grader.reference.rnn import jacobian_norms, random_rnn, rnn_forward, rnn_step
+from grader.reference.rnn import jacobian_norms, rnn_forward, rnn_step
 
 
 def _sigmoid(a: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-a))
 
 
-def _weights(rng: np.random.Generator, d_in: int, d_h: int, weight_scale: float) -> dict:
-    """W_xh (d_in, d_h), W_hh (d_h, d_h) and a non-zero bias b (d_h,), so a dropped term shows."""
-    return {
-        "W_xh": normal(rng, d_in, d_h, scale=1.0 / math.sqrt(d_in)),
-        "W_hh": normal(rng, d_h, d_h, scale=weight_scale / math.sqrt(d_h)),
-        "b": normal(rng, d_h, scale=0.5),
-    }
-
-
-def _shape_text(params: dict[str, Any], keys: tuple[str, ...], defaults: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={params.get(k, defaults[k])}" for k in keys)
-
-
 # ---------------------------------------------------------------- rnn_step
-
-STEP_DEFAULTS = {"d_in": 5, "d_h": 3, "batch": (), "input_scale": 1.0}
-
-
-def make_step_inputs(
-    rng: np.random.Generator,
-    d_in: int = 5,
-    d_h: int = 3,
-    batch: tuple[int, ...] | list[int] = (),
-    input_scale: float = 1.0,
-) -> dict[str, Any]:
-    """x_t (*batch, d_in), a valid previous state h_prev (*batch, d_h) in (-1, 1), weights."""
-    batch = tuple(batch)
-    return {
-        "x_t": normal(rng, *batch, d_in, scale=input_scale),  # (*B, d_in)
-        "h_prev": np.tanh(normal(rng, *batch, d_h)),  # (*B, d_h)
-        **_weights(rng, d_in, d_h, 1.0),
-    }
 
 
 def _pre_activation(i: dict[str, Any], bias: bool = True, recurrent: bool = True) -> np.ndarray:
@@ -70,33 +38,7 @@ STEP_BUGS = {
 }
 
 
-def state_range_hint(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    """Any output that is a tanh RNN state must lie in [-1, 1]."""
-    states = got.get("h", got.get("H"))
-    if states is not None and np.isfinite(states).all() and np.abs(states).max() > 1.0:
-        return ["A state made by tanh lies between -1 and 1; yours goes outside that range."]
-    return []
-
-
 # ---------------------------------------------------------------- rnn_forward
-
-FORWARD_DEFAULTS = {"T": 6, "d_in": 5, "d_h": 3, "weight_scale": 1.0, "input_scale": 1.0}
-
-
-def make_forward_inputs(
-    rng: np.random.Generator,
-    T: int = 6,
-    d_in: int = 5,
-    d_h: int = 3,
-    weight_scale: float = 1.0,
-    input_scale: float = 1.0,
-) -> dict[str, Any]:
-    """X (T, d_in), a non-zero h0 (d_h,) so that ignoring it shows, and the weights."""
-    return {
-        "X": normal(rng, T, d_in, scale=input_scale),  # (T, d_in)
-        "h0": np.tanh(normal(rng, d_h)),  # (d_h,)
-        **_weights(rng, d_in, d_h, weight_scale),
-    }
 
 
 def _forward(i: dict[str, Any], **changes: Any) -> np.ndarray:
@@ -129,36 +71,7 @@ FORWARD_BUGS = {
 }
 
 
-def forward_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    H = got.get("H")
-    T, d_h = expected["H"].shape
-    if H is None:
-        return []
-    if H.shape == (T + 1, d_h):
-        return ["H has one row too many: it must hold h_1 .. h_T, without h0."]
-    if H.shape == (d_h,):
-        return ["Only one state came back: return every state h_1 .. h_T, stacked into (T, d_h)."]
-    return state_range_hint(inputs, expected, got)
-
-
 # ---------------------------------------------------------------- jacobian_norms
-
-JACOBIAN_DEFAULTS = {"T": 7, "d_in": 4, "d_h": 5, "gain": 1.0, "input_scale": 1.0}
-
-
-def make_jacobian_inputs(
-    rng: np.random.Generator,
-    T: int = 7,
-    d_in: int = 4,
-    d_h: int = 5,
-    gain: float = 1.0,
-    input_scale: float = 1.0,
-) -> dict[str, Any]:
-    """The states H (T, d_h) of a random RNN of the given gain, run from h0 = 0, and its W_hh."""
-    w = random_rnn(rng, d_in, d_h, gain)
-    X = normal(rng, T, d_in, scale=input_scale)  # (T, d_in)
-    H = rnn_forward(X, np.zeros(d_h), w.W_xh, w.W_hh, w.b)  # (T, d_h)
-    return {"H": H, "W_hh": w.W_hh}
 
 
 def _chain_norms(H: np.ndarray, step, reverse: bool = False, ord: Any = 2) -> np.ndarray:
@@ -206,51 +119,12 @@ JACOBIAN_BUGS = {
 }
 
 
-def jacobian_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    norms = got.get("norms")
-    T = inputs["H"].shape[0]
-    if norms is None:
-        return []
-    if norms.shape == (T - 1,):
-        return ["There should be T entries, k = 0 .. T-1; entry 0 is the norm of the identity, 1."]
-    if norms.shape == (T,) and not np.isclose(norms[0], 1.0):
-        return ["Entry 0 is d h_T / d h_T, the identity matrix, whose norm is 1."]
-    return []
-
-
 EXERCISES = [
-    Exercise(
-        name="rnn_step",
-        make_inputs=make_step_inputs,
-        call=lambda fn, i: {"h": fn(i["x_t"], i["h_prev"], i["W_xh"], i["W_hh"], i["b"])},
-        reference=lambda i: {"h": rnn_step(i["x_t"], i["h_prev"], i["W_xh"], i["W_hh"], i["b"])},
-        bugs=STEP_BUGS,
-        hints=state_range_hint,
-        describe=lambda p: (
-            _shape_text(p, ("batch", "d_in", "d_h"), STEP_DEFAULTS)
-            + (f", inputs scaled by {p['input_scale']:g}" if "input_scale" in p else "")
-        ),
+    exercise(
+        "rnn_step",
+        lambda i: {"h": rnn_step(i["x_t"], i["h_prev"], i["W_xh"], i["W_hh"], i["b"])},
+        STEP_BUGS,
     ),
-    Exercise(
-        name="rnn_forward",
-        make_inputs=make_forward_inputs,
-        call=lambda fn, i: {"H": fn(i["X"], i["h0"], i["W_xh"], i["W_hh"], i["b"])},
-        reference=lambda i: {"H": _forward(i)},
-        bugs=FORWARD_BUGS,
-        hints=forward_hints,
-        describe=lambda p: _shape_text(p, tuple(FORWARD_DEFAULTS), FORWARD_DEFAULTS),
-    ),
-    Exercise(
-        name="jacobian_norms",
-        make_inputs=make_jacobian_inputs,
-        call=lambda fn, i: {"norms": fn(i["H"], i["W_hh"])},
-        reference=lambda i: {"norms": jacobian_norms(i["H"], i["W_hh"])},
-        bugs=JACOBIAN_BUGS,
-        hints=jacobian_hints,
-        describe=lambda p: (
-            "the states of a random RNN with "
-            + _shape_text(p, tuple(JACOBIAN_DEFAULTS), JACOBIAN_DEFAULTS)
-        ),
-        atol=1e-9,
-    ),
+    exercise("rnn_forward", lambda i: {"H": _forward(i)}, FORWARD_BUGS),
+    exercise("jacobian_norms", lambda i: {"norms": jacobian_norms(i["H"], i["W_hh"])}, JACOBIAN_BUGS),
 ]
