@@ -334,6 +334,9 @@ ONLINE_BUGS = {
     "one)": _online_mistake("block_max"),
     "the loop dropped the last, partial block of keys (when block_size does not divide "
     "n_k, the last block is shorter, not absent)": _online_mistake("drop_last_block"),
+    "exp of the raw scores, with no max subtracted (exp overflows to inf above about 709)": (
+        _online_mistake("no_max")
+    ),
     "the scores were not divided by sqrt(d_k)": _online_no_scaling,
 }
 

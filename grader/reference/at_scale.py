@@ -41,6 +41,7 @@ MISTAKES = (
     "no_sum_rescale",  # l_t = l_{t-1} + ...  (acc is rescaled)
     "block_max",  # m_t = max over block t only, instead of the running max
     "drop_last_block",  # the loop stops before a last, partial block
+    "no_max",  # exp(s) with no max subtracted at all: overflows above s ~ 709
 )
 
 
@@ -77,6 +78,8 @@ def _online_softmax(
             s = np.where(visible, s, -np.inf)  # (..., n_q, b)
         block_max = s.max(axis=-1, keepdims=True)  # (..., n_q, 1)
         m_new = block_max if mistake == "block_max" else np.maximum(m, block_max)
+        if mistake == "no_max":
+            m_new = np.zeros_like(m)  # every exponent taken relative to 0
         # Rows that have seen no visible key yet keep m = -inf: shift them by 0 instead,
         # so that exp(-inf - shift) = 0 and no -inf - (-inf) = NaN appears.
         shift = np.where(np.isfinite(m_new), m_new, 0.0)  # (..., n_q, 1)
