@@ -1,24 +1,26 @@
-"""Chapter 4 exercises: split_heads, merge_heads and the MultiHeadAttention module.
-
-Modules are judged with explicit weights: every case draws its own parameters, loads them into
-the learner's module by the contract's submodule names (W_q, W_k, W_v, W_o) and runs it in
-float64, so that nothing depends on a seed, on the order of initialisation or on dropout.
-"""
+"""Chapter 4 exercises, the judging half: references and classic bugs of split_heads,
+merge_heads and MultiHeadAttention (the cases are in ``attention_learner.cases.ch04``)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
-from torch import nn
 
-from attention_learner.cases.ch03 import attention_hints
-from grader.exercises.cases import attention_mask, describe_mask, normal
-from grader.exercises.spec import Arrays, unpack
-from grader.exercises.spec import legacy_exercise as Exercise
+from attention_learner.cases.ch04 import (  # noqa: F401  (build_module, mha_state, tensor: for later chapters)
+    backward,
+    build_mha,
+    build_module,
+    call_mha,
+    linear_state,
+    mha_state,
+    size_mismatch_note,
+    tensor,
+)
+from grader.exercises import exercise
+from grader.exercises.spec import Arrays
 from grader.reference.multi_head import (
     MultiHeadAttention,
     merge_heads,
@@ -28,98 +30,9 @@ from grader.reference.multi_head import (
 )
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
-State = dict[str, np.ndarray]
 
-# ---------------------------------------------------------------- explicit weights
-
-
-def linear_state(rng: np.random.Generator, name: str, d_in: int, d_out: int) -> State:
-    """Weights of an ``nn.Linear(d_in, d_out)`` called ``name``, in its layout (weight = W.T).
-
-    Entries are N(0, 1/d_in), so that activations stay of order one.
-    """
-    return {
-        f"{name}.weight": normal(rng, d_out, d_in, scale=1.0 / math.sqrt(d_in)),  # (d_out, d_in)
-        f"{name}.bias": normal(rng, d_out, scale=0.1),  # (d_out,)
-    }
-
-
-def mha_state(rng: np.random.Generator, d_model: int, prefix: str = "") -> State:
-    """Explicit weights for a MultiHeadAttention whose parameters are named ``prefix + W_q ...``."""
-    state: State = {}
-    for name in ("W_q", "W_k", "W_v", "W_o"):
-        state.update(linear_state(rng, prefix + name, d_model, d_model))
-    return state
-
-
-def load_weights(module: nn.Module, state: State, contract: str) -> None:
-    """Copy ``state`` into ``module``'s parameters by name, explaining what is missing."""
-    what = type(module).__name__
-    params = dict(module.named_parameters())
-    for name, value in state.items():
-        if name not in params:
-            raise AttributeError(
-                f"{what} has no parameter {name!r}. The contract names its submodules {contract}."
-            )
-        if tuple(params[name].shape) != value.shape:
-            raise ValueError(
-                f"{what}'s parameter {name} has shape {tuple(params[name].shape)}, expected {value.shape}"
-            )
-        with torch.no_grad():
-            params[name].copy_(torch.from_numpy(value))
-
-
-def build_module(cls: Any, args: Sequence[int], state: State, contract: str) -> nn.Module:
-    """``cls(*args)`` in float64 with the explicit weights ``state`` loaded."""
-    module = cls(*args)
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"{cls!r} should be an nn.Module class, it built a {type(module).__name__}")
-    module = module.double()
-    load_weights(module, state, contract)
-    return module
-
-
-def tensor(array: np.ndarray | None, grad: bool = False) -> torch.Tensor | None:
-    """A float64 (or bool) tensor of a case's array; None stays None."""
-    if array is None:
-        return None
-    if array.dtype == bool:
-        return torch.from_numpy(array.copy())
-    return torch.tensor(array, dtype=torch.float64, requires_grad=grad)
-
-
-def backward(out: Any, upstream: np.ndarray, inputs: dict[str, torch.Tensor], what: str) -> Arrays:
-    """Gradients of sum(out * upstream) with respect to each tensor of ``inputs``."""
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise TypeError(f"{what} should return a tensor that carries gradients back to its inputs")
-    if tuple(out.shape) != upstream.shape:
-        return {}  # the shape comparison of the output says what is wrong
-    (out * torch.from_numpy(upstream)).sum().backward()
-    return {  # an input the output does not depend on has a zero gradient
-        f"d{name}": torch.zeros_like(t) if t.grad is None else t.grad for name, t in inputs.items()
-    }
-
-
-# ---------------------------------------------------------------- split_heads and merge_heads
-
-
-def make_split_inputs(
-    rng: np.random.Generator, batch: int = 2, n: int = 5, num_heads: int = 3, d_head: int = 4
-) -> dict[str, Any]:
-    return {"X": normal(rng, batch, n, num_heads * d_head), "num_heads": num_heads}
-
-
-def make_merge_inputs(
-    rng: np.random.Generator, batch: int = 2, n: int = 5, num_heads: int = 3, d_head: int = 4
-) -> dict[str, Any]:
-    return {"X": normal(rng, batch, num_heads, n, d_head)}
-
-
-def describe_heads(params: dict[str, Any]) -> str:
-    return (
-        f"batch {params.get('batch', 2)}, n={params.get('n', 5)}, "
-        f"num_heads={params.get('num_heads', 3)}, d_head={params.get('d_head', 4)}"
-    )
+def _d_model(inputs: dict[str, Any]) -> int:
+    return inputs["query"].shape[-1]
 
 
 def _split_no_transpose(x: torch.Tensor, h: int) -> torch.Tensor:
@@ -164,104 +77,6 @@ def _on_X(fn: Callable[..., torch.Tensor], key: str) -> Callable[[dict[str, Any]
         return {key: fn(*args)}
 
     return bug
-
-
-def split_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    B, n, d_model = inputs["X"].shape
-    h = inputs["num_heads"]
-    if got.get("heads") is not None and got["heads"].shape == (B, n, h, d_model // h):
-        return ["That is the shape (B, n, h, d_head): the transpose(1, 2) is missing."]
-    return []
-
-
-def merge_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    B, h, n, d_head = inputs["X"].shape
-    if got.get("merged") is not None and got["merged"].shape == (B, h, n * d_head):
-        return ["Only the last two axes were flattened: move the head axis next to d_head first."]
-    return []
-
-
-# ---------------------------------------------------------------- MultiHeadAttention
-
-MHA_CONTRACT = (
-    "W_q, W_k, W_v (the input projections) and W_o (the output projection), each an "
-    "nn.Linear(d_model, d_model)"
-)
-
-
-def mha_mask(
-    rng: np.random.Generator, kind: str | None, batch: int, num_heads: int, n_q: int, n_k: int
-) -> np.ndarray | None:
-    """A mask broadcastable to (B, h, n_q, n_k): "random" differs per head, "padding" is
-    (B, 1, 1, n_k), "fully_masked" is (B, 1, n_q, n_k) with query 0 blind, "causal" (n_q, n_k)."""
-    dims = (batch, num_heads) if kind == "random" else (batch, 1)
-    return attention_mask(rng, kind, dims, n_q, n_k)
-
-
-def make_mha_inputs(
-    rng: np.random.Generator,
-    batch: int = 2,
-    n_q: int = 5,
-    n_k: int = 7,
-    num_heads: int = 3,
-    d_head: int = 4,
-    mask: str | None = None,
-    logit_scale: float = 1.0,
-) -> dict[str, Any]:
-    """Query, key and value from three independent draws; keys and values are n_k long."""
-    d_model = num_heads * d_head
-    return {
-        "query": normal(rng, batch, n_q, d_model, scale=logit_scale),  # (B, n_q, d_model)
-        "key": normal(rng, batch, n_k, d_model),  # (B, n_k, d_model)
-        "value": normal(rng, batch, n_k, d_model),  # (B, n_k, d_model)
-        "mask": mha_mask(rng, mask, batch, num_heads, n_q, n_k),
-        "state": mha_state(rng, d_model),
-        "num_heads": num_heads,
-        "G": normal(rng, batch, n_q, d_model),  # upstream gradient
-    }
-
-
-def describe_mha(params: dict[str, Any]) -> str:
-    h, d_head = params.get("num_heads", 3), params.get("d_head", 4)
-    text = (
-        f"batch {params.get('batch', 2)}, n_q={params.get('n_q', 5)}, n_k={params.get('n_k', 7)}, "
-        f"num_heads={h}, d_head={d_head} (d_model={h * d_head}), "
-        f"{describe_mask(params.get('mask'))}"
-    )
-    if params.get("logit_scale", 1.0) != 1.0:
-        text += f", queries scaled by {params['logit_scale']:g}"
-    return text
-
-
-def _d_model(inputs: dict[str, Any]) -> int:
-    return inputs["query"].shape[-1]
-
-
-def build_mha(cls: Any, inputs: dict[str, Any]) -> nn.Module:
-    return build_module(cls, (_d_model(inputs), inputs["num_heads"]), inputs["state"], MHA_CONTRACT)
-
-
-def size_mismatch_note(exc: RuntimeError, lengths: str, cause: str) -> RuntimeError:
-    """torch's size error, with the classic cause of it in this exercise."""
-    return RuntimeError(f"{exc}\n({lengths}: a size mismatch here usually means {cause}.)")
-
-
-def call_mha(cls: Any, inputs: dict[str, Any]) -> Arrays:
-    """Build the learner's module with explicit weights; return its outputs and input gradients."""
-    module = build_mha(cls, inputs)
-    tensors = {name: tensor(inputs[name], grad=True) for name in ("query", "key", "value")}
-    try:
-        result = module(*tensors.values(), tensor(inputs["mask"]))
-    except RuntimeError as exc:
-        n_q, n_k = inputs["query"].shape[1], inputs["key"].shape[1]
-        raise size_mismatch_note(
-            exc,
-            f"the query has n_q={n_q} positions, the key and value n_k={n_k}",
-            "that the keys or values were computed from the query instead of from key and value",
-        ) from exc
-    out, weights = unpack(result, ("output", "weights"), "MultiHeadAttention.forward")
-    grads = backward(out, inputs["G"], tensors, "MultiHeadAttention.forward")
-    return {"output": out, "weights": weights, **grads}
 
 
 def mha_variant(
@@ -315,15 +130,6 @@ MHA_BUGS = {
 }
 
 
-def mha_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    hints = attention_hints(inputs, expected, got)
-    weights = got.get("weights")
-    B, h, n_q, n_k = expected["weights"].shape
-    if weights is not None and weights.shape == (B, n_q, n_k):
-        hints.append("Return the weights of every head, shape (B, h, n_q, n_k), not their mean.")
-    return hints
-
-
 def torch_mha_reference(inputs: dict[str, Any]) -> Arrays:
     """Outputs and gradients of torch's nn.MultiheadAttention with the same weights."""
     ours = build_mha(MultiHeadAttention, inputs)
@@ -341,46 +147,19 @@ def torch_mha_reference(inputs: dict[str, Any]) -> Arrays:
 
 
 EXERCISES = [
-    Exercise(
-        name="split_heads",
-        make_inputs=make_split_inputs,
-        call=lambda fn, i: {"heads": fn(torch.from_numpy(i["X"]), i["num_heads"])},
-        reference=lambda i: {"heads": split_heads(torch.from_numpy(i["X"]), i["num_heads"])},
-        bugs={
-            NO_TRANSPOSE: _on_X(_split_no_transpose, "heads"),
-            INTERLEAVED: _on_X(_split_interleaved, "heads"),
-        },
-        hints=split_hints,
-        describe=describe_heads,
+    exercise(
+        "split_heads",
+        lambda i: {"heads": split_heads(torch.from_numpy(i["X"]), i["num_heads"])},
+        {NO_TRANSPOSE: _on_X(_split_no_transpose, "heads"), INTERLEAVED: _on_X(_split_interleaved, "heads")},
     ),
-    Exercise(
-        name="merge_heads",
-        make_inputs=make_merge_inputs,
-        call=lambda fn, i: {"merged": fn(torch.from_numpy(i["X"]))},
-        reference=lambda i: {"merged": merge_heads(torch.from_numpy(i["X"]))},
-        bugs={
+    exercise(
+        "merge_heads",
+        lambda i: {"merged": merge_heads(torch.from_numpy(i["X"]))},
+        {
             MERGE_NO_TRANSPOSE: _on_X(_merge_no_transpose, "merged"),
             INTERLEAVED: _on_X(_merge_interleaved, "merged"),
         },
-        hints=merge_hints,
-        describe=describe_heads,
     ),
-    Exercise(
-        name="MultiHeadAttention",
-        make_inputs=make_mha_inputs,
-        call=call_mha,
-        reference=lambda i: call_mha(MultiHeadAttention, i),
-        bugs=MHA_BUGS,
-        hints=mha_hints,
-        describe=describe_mha,
-    ),
-    Exercise(
-        name="MultiHeadAttention__torch",
-        make_inputs=make_mha_inputs,
-        call=call_mha,
-        reference=torch_mha_reference,
-        bugs=MHA_BUGS,
-        hints=mha_hints,
-        describe=lambda p: "against torch.nn.MultiheadAttention with the same weights, " + describe_mha(p),
-    ),
+    exercise("MultiHeadAttention", lambda i: call_mha(MultiHeadAttention, i), MHA_BUGS),
+    exercise("MultiHeadAttention__torch", torch_mha_reference, MHA_BUGS),
 ]

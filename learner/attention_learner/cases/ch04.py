@@ -1,0 +1,252 @@
+"""Chapter 4 cases: split_heads, merge_heads and the MultiHeadAttention module.
+
+Modules are run with explicit weights: every case draws its own parameters, loads them into
+the learner's module by the contract's submodule names (W_q, W_k, W_v, W_o) and runs it in
+float64, so that nothing depends on a seed, on the order of initialisation or on dropout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from attention_learner.cases.ch03 import attention_hints
+from attention_learner.inputs import attention_mask, describe_mask, normal
+from attention_learner.spec import Arrays, Case, unpack
+
+State = dict[str, np.ndarray]
+
+# ---------------------------------------------------------------- explicit weights
+
+
+def linear_state(rng: np.random.Generator, name: str, d_in: int, d_out: int) -> State:
+    """Weights of an ``nn.Linear(d_in, d_out)`` called ``name``, in its layout (weight = W.T).
+
+    Entries are N(0, 1/d_in), so that activations stay of order one.
+    """
+    return {
+        f"{name}.weight": normal(rng, d_out, d_in, scale=1.0 / math.sqrt(d_in)),  # (d_out, d_in)
+        f"{name}.bias": normal(rng, d_out, scale=0.1),  # (d_out,)
+    }
+
+
+def mha_state(rng: np.random.Generator, d_model: int, prefix: str = "") -> State:
+    """Explicit weights for a MultiHeadAttention whose parameters are named ``prefix + W_q ...``."""
+    state: State = {}
+    for name in ("W_q", "W_k", "W_v", "W_o"):
+        state.update(linear_state(rng, prefix + name, d_model, d_model))
+    return state
+
+
+def load_weights(module: nn.Module, state: State, contract: str) -> None:
+    """Copy ``state`` into ``module``'s parameters by name, explaining what is missing."""
+    what = type(module).__name__
+    params = dict(module.named_parameters())
+    for name, value in state.items():
+        if name not in params:
+            raise AttributeError(
+                f"{what} has no parameter {name!r}. The contract names its submodules {contract}."
+            )
+        if tuple(params[name].shape) != value.shape:
+            raise ValueError(
+                f"{what}'s parameter {name} has shape {tuple(params[name].shape)}, expected {value.shape}"
+            )
+        with torch.no_grad():
+            params[name].copy_(torch.from_numpy(value))
+
+
+def build_module(cls: Any, args: Sequence[int], state: State, contract: str) -> nn.Module:
+    """``cls(*args)`` in float64 with the explicit weights ``state`` loaded."""
+    module = cls(*args)
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"{cls!r} should be an nn.Module class, it built a {type(module).__name__}")
+    module = module.double()
+    load_weights(module, state, contract)
+    return module
+
+
+def tensor(array: np.ndarray | None, grad: bool = False) -> torch.Tensor | None:
+    """A float64 (or bool) tensor of a case's array; None stays None."""
+    if array is None:
+        return None
+    if array.dtype == bool:
+        return torch.from_numpy(array.copy())
+    return torch.tensor(array, dtype=torch.float64, requires_grad=grad)
+
+
+def backward(out: Any, upstream: np.ndarray, inputs: dict[str, torch.Tensor], what: str) -> Arrays:
+    """Gradients of sum(out * upstream) with respect to each tensor of ``inputs``."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise TypeError(f"{what} should return a tensor that carries gradients back to its inputs")
+    if tuple(out.shape) != upstream.shape:
+        return {}  # the shape comparison of the output says what is wrong
+    (out * torch.from_numpy(upstream)).sum().backward()
+    return {  # an input the output does not depend on has a zero gradient
+        f"d{name}": torch.zeros_like(t) if t.grad is None else t.grad for name, t in inputs.items()
+    }
+
+
+# ---------------------------------------------------------------- split_heads and merge_heads
+
+
+def make_split_inputs(
+    rng: np.random.Generator, batch: int = 2, n: int = 5, num_heads: int = 3, d_head: int = 4
+) -> dict[str, Any]:
+    return {"X": normal(rng, batch, n, num_heads * d_head), "num_heads": num_heads}
+
+
+def make_merge_inputs(
+    rng: np.random.Generator, batch: int = 2, n: int = 5, num_heads: int = 3, d_head: int = 4
+) -> dict[str, Any]:
+    return {"X": normal(rng, batch, num_heads, n, d_head)}
+
+
+def describe_heads(params: dict[str, Any]) -> str:
+    return (
+        f"batch {params['batch']}, n={params['n']}, "
+        f"num_heads={params['num_heads']}, d_head={params['d_head']}"
+    )
+
+
+def split_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    B, n, d_model = inputs["X"].shape
+    h = inputs["num_heads"]
+    if got.get("heads") is not None and got["heads"].shape == (B, n, h, d_model // h):
+        return ["That is the shape (B, n, h, d_head): the transpose(1, 2) is missing."]
+    return []
+
+
+def merge_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    B, h, n, d_head = inputs["X"].shape
+    if got.get("merged") is not None and got["merged"].shape == (B, h, n * d_head):
+        return ["Only the last two axes were flattened: move the head axis next to d_head first."]
+    return []
+
+
+# ---------------------------------------------------------------- MultiHeadAttention
+
+MHA_CONTRACT = (
+    "W_q, W_k, W_v (the input projections) and W_o (the output projection), each an "
+    "nn.Linear(d_model, d_model)"
+)
+
+
+def mha_mask(
+    rng: np.random.Generator, kind: str | None, batch: int, num_heads: int, n_q: int, n_k: int
+) -> np.ndarray | None:
+    """A mask broadcastable to (B, h, n_q, n_k): "random" differs per head, "padding" is
+    (B, 1, 1, n_k), "fully_masked" is (B, 1, n_q, n_k) with query 0 blind, "causal" (n_q, n_k)."""
+    dims = (batch, num_heads) if kind == "random" else (batch, 1)
+    return attention_mask(rng, kind, dims, n_q, n_k)
+
+
+def make_mha_inputs(
+    rng: np.random.Generator,
+    batch: int = 2,
+    n_q: int = 5,
+    n_k: int = 7,
+    num_heads: int = 3,
+    d_head: int = 4,
+    mask: str | None = None,
+    logit_scale: float = 1.0,
+) -> dict[str, Any]:
+    """Query, key and value from three independent draws; keys and values are n_k long."""
+    d_model = num_heads * d_head
+    return {
+        "query": normal(rng, batch, n_q, d_model, scale=logit_scale),  # (B, n_q, d_model)
+        "key": normal(rng, batch, n_k, d_model),  # (B, n_k, d_model)
+        "value": normal(rng, batch, n_k, d_model),  # (B, n_k, d_model)
+        "mask": mha_mask(rng, mask, batch, num_heads, n_q, n_k),
+        "state": mha_state(rng, d_model),
+        "num_heads": num_heads,
+        "G": normal(rng, batch, n_q, d_model),  # upstream gradient
+    }
+
+
+def describe_mha(params: dict[str, Any]) -> str:
+    h, d_head = params["num_heads"], params["d_head"]
+    text = (
+        f"batch {params['batch']}, n_q={params['n_q']}, n_k={params['n_k']}, "
+        f"num_heads={h}, d_head={d_head} (d_model={h * d_head}), "
+        f"{describe_mask(params['mask'])}"
+    )
+    if params["logit_scale"] != 1.0:
+        text += f", queries scaled by {params['logit_scale']:g}"
+    return text
+
+
+def _d_model(inputs: dict[str, Any]) -> int:
+    return inputs["query"].shape[-1]
+
+
+def build_mha(cls: Any, inputs: dict[str, Any]) -> nn.Module:
+    return build_module(cls, (_d_model(inputs), inputs["num_heads"]), inputs["state"], MHA_CONTRACT)
+
+
+def size_mismatch_note(exc: RuntimeError, lengths: str, cause: str) -> RuntimeError:
+    """torch's size error, with the classic cause of it in this exercise."""
+    return RuntimeError(f"{exc}\n({lengths}: a size mismatch here usually means {cause}.)")
+
+
+def call_mha(cls: Any, inputs: dict[str, Any]) -> Arrays:
+    """Build the learner's module with explicit weights; return its outputs and input gradients."""
+    module = build_mha(cls, inputs)
+    tensors = {name: tensor(inputs[name], grad=True) for name in ("query", "key", "value")}
+    try:
+        result = module(*tensors.values(), tensor(inputs["mask"]))
+    except RuntimeError as exc:
+        n_q, n_k = inputs["query"].shape[1], inputs["key"].shape[1]
+        raise size_mismatch_note(
+            exc,
+            f"the query has n_q={n_q} positions, the key and value n_k={n_k}",
+            "that the keys or values were computed from the query instead of from key and value",
+        ) from exc
+    out, weights = unpack(result, ("output", "weights"), "MultiHeadAttention.forward")
+    grads = backward(out, inputs["G"], tensors, "MultiHeadAttention.forward")
+    return {"output": out, "weights": weights, **grads}
+
+
+def mha_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    hints = attention_hints(inputs, expected, got)
+    weights = got.get("weights")
+    B, h, n_q, n_k = expected["weights"].shape
+    if weights is not None and weights.shape == (B, n_q, n_k):
+        hints.append("Return the weights of every head, shape (B, h, n_q, n_k), not their mean.")
+    return hints
+
+
+CASES = [
+    Case(
+        name="split_heads",
+        make_inputs=make_split_inputs,
+        call=lambda fn, i: {"heads": fn(torch.from_numpy(i["X"]), i["num_heads"])},
+        describe=describe_heads,
+        hints=split_hints,
+    ),
+    Case(
+        name="merge_heads",
+        make_inputs=make_merge_inputs,
+        call=lambda fn, i: {"merged": fn(torch.from_numpy(i["X"]))},
+        describe=describe_heads,
+        hints=merge_hints,
+    ),
+    Case(
+        name="MultiHeadAttention",
+        make_inputs=make_mha_inputs,
+        call=call_mha,
+        describe=describe_mha,
+        hints=mha_hints,
+    ),
+    Case(
+        name="MultiHeadAttention__torch",
+        make_inputs=make_mha_inputs,
+        call=call_mha,
+        describe=lambda p: "against torch.nn.MultiheadAttention with the same weights, " + describe_mha(p),
+        hints=mha_hints,
+    ),
+]
