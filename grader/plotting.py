@@ -23,17 +23,17 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 # Widest figure, in inches: at matplotlib's 100 dpi a 6.4-inch figure is 640 px, shown at
-# about half size on a phone, where 13-point text is still about 9 px high.
+# a little over half size on a phone, where 13-point text is still about 10 px high.
 MAX_WIDTH = 6.4
 
 BOOK_STYLE = {
-    "font.size": 13,
-    "axes.titlesize": 13,
-    "axes.labelsize": 13,
-    "xtick.labelsize": 12,
-    "ytick.labelsize": 12,
-    "legend.fontsize": 11,
-    "figure.titlesize": 14,
+    "font.size": 14,
+    "axes.titlesize": 14,
+    "axes.labelsize": 14,
+    "xtick.labelsize": 13,
+    "ytick.labelsize": 13,
+    "legend.fontsize": 12,
+    "figure.titlesize": 15,
     "figure.dpi": 100,
     "savefig.dpi": 100,
     "axes.spines.top": False,
@@ -106,7 +106,7 @@ def show_heatmaps(
                     for c in range(n_k):
                         value = w[i, r, c]
                         colour = "white" if value > 0.6 * vmax else "black"
-                        ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=9,
+                        ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=10,
                                 color=colour)
         fig.colorbar(im, ax=panels.tolist(), shrink=min(1.0, 0.9 / p + 0.3), label=colorbar_label)
     return fig
