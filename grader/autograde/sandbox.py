@@ -167,6 +167,9 @@ def _first_child(job: ChildJob, isolation: Isolation, view: confine.View | None,
     try:
         cells = json.loads((Path(job.folder) / "job.json").read_text())["cells"]
         _wire_descriptors(report, log, pid_pipe)
+        # A session of its own: kill(0, ...) in the job must not reach the grader's process
+        # group (as an ordinary user the job keeps the grader's uid, so that would be allowed).
+        os.setsid()
         if isolation is Isolation.NAMESPACES:
             confine.unshare_namespaces(as_root=os.getuid() == 0)
             pid = os.fork()  # PID 1 of the new namespace
@@ -175,8 +178,7 @@ def _first_child(job: ChildJob, isolation: Isolation, view: confine.View | None,
                 _job_main(job, cells, isolation, view)
             os.write(4, str(pid).encode())
             status = 0
-        else:
-            os.setsid()  # a process group of our own: killed as a whole at the end
+        else:  # the session's process group is killed as a whole at the end
             os.write(4, str(os.getpid()).encode())
             os.close(4)
             _job_main(job, cells, isolation, None)
@@ -337,11 +339,14 @@ class ForkServer:
                    HOME=os.environ.get("HOME", "/"), PYTHONDONTWRITEBYTECODE="1")
         self.config = config
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "grader.autograde.sandbox", json.dumps(
-                {"isolation": str(config.isolation), "hidden": list(config.hidden),
-                 "readonly": list(config.readonly)})],
+            [sys.executable, "-m", "grader.autograde.sandbox"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
         )
+        # the configuration goes in on stdin, not argv: a child's /proc/self/cmdline is its own
+        self.process.stdin.write((json.dumps(
+            {"isolation": str(config.isolation), "hidden": list(config.hidden),
+             "readonly": list(config.readonly)}) + "\n").encode())
+        self.process.stdin.flush()
         self.running: dict[str, tuple[ChildJob, float]] = {}
         self._buffer = b""
         self._ready = False  # the server imports torch while the caller gets on with its work
@@ -432,7 +437,7 @@ def choose_isolation(accept_weak: bool) -> Isolation:
 
 
 if __name__ == "__main__":
-    raw = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {"isolation": "namespaces"}
+    raw = json.loads(sys.stdin.buffer.readline())  # the first line: the configuration
     serve(ServerConfig(Isolation(raw["isolation"]), tuple(raw.get("hidden", ())),
                        tuple(raw.get("readonly", ()))))
 
