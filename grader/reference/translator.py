@@ -123,7 +123,14 @@ def translate(sentence: list[str]) -> list[str]:
     adjectives move after the noun and agree with it (the red car -> la voiture rouge, the
     black cat -> le chat noir); verbs and "and" translate word for word.
     """
+    return translate_with_alignment(sentence)[0]
+
+
+def translate_with_alignment(sentence: list[str]) -> tuple[list[str], list[int]]:
+    """The translation and, for each French word, the position of the English word it
+    translates (the alignment a translator's cross-attention can learn)."""
     out: list[str] = []
+    source: list[int] = []
     i = 0
     while i < len(sentence):
         word = sentence[i]
@@ -133,19 +140,19 @@ def translate(sentence: list[str]) -> list[str]:
                 j += 1
             noun, gender = NOUNS[sentence[j]]
             g = 0 if gender == "m" else 1
-            out.append(ARTICLES[word][g])
-            out.append(noun)
-            out.extend(ADJECTIVES[a][g] for a in sentence[i + 1 : j])
+            out += [ARTICLES[word][g], noun]
+            source += [i, j]
+            for k in range(i + 1, j):  # the adjectives, after the noun
+                out.append(ADJECTIVES[sentence[k]][g])
+                source.append(k)
             i = j + 1
-        elif word in VERBS:
-            out.append(VERBS[word])
-            i += 1
-        elif word in CONJUNCTION:
-            out.append(CONJUNCTION[word])
+        elif word in VERBS or word in CONJUNCTION:
+            out.append(VERBS.get(word) or CONJUNCTION[word])
+            source.append(i)
             i += 1
         else:
             raise ValueError(f"{word!r} is not in the toy grammar")
-    return out
+    return out, source
 
 
 def random_sentence(rng: np.random.Generator, n_clauses: int, p_adjective: float = 0.5) -> list[str]:
