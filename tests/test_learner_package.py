@@ -1,0 +1,294 @@
+"""The learner package (learner/, import name attention_learner): what it ships, what it holds
+back, and how its checks judge in a learner's kernel, without the grader."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+import attention_learner
+from attention_learner import checks as learner_checks
+from attention_learner import expected as shipped_data
+from attention_learner import recording
+from attention_learner.blocks import GivenMultiHeadAttention, given_attention
+from attention_learner.cases import all_cases
+from grader.exercises import all_exercises
+from grader.paths import ROOT
+from grader.reference import MultiHeadAttention
+from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
+from grader.release import assignments, expected_data
+from tests.notebook_runner import grade_id, is_test_cell, source_notebook
+
+LEARNER = ROOT / "learner"
+
+# The contract of every chapter (CURRICULUM.md), including chapters whose exercises may not be
+# registered yet: the learner package must define none of these.
+CONTRACT = {
+    "rnn_step", "rnn_forward", "jacobian_norms", "dot_scores", "softmax", "attend", "project_qkv",
+    "dot_product_attention", "scaled_dot_product_attention", "scaled_dot_product_attention_torch",
+    "softmax_jacobian", "split_heads", "merge_heads", "MultiHeadAttention", "causal_mask",
+    "padding_mask", "EncoderLayer", "DecoderLayer", "positional_encoding", "greedy_decode",
+    "online_softmax_attention", "KVCache",
+}  # fmt: skip
+
+
+def contract_names() -> set[str]:
+    return CONTRACT | {name.split("__", 1)[0] for name in all_exercises()}
+
+
+# ---------------------------------------------------------------- the wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The learner package built as a wheel, as pip would install it."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         str(LEARNER), "-w", str(out)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (built,) = out.glob("attention_learner-*.whl")
+    return built
+
+
+def test_wheel_holds_no_reference(wheel):
+    contract = contract_names()
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        sources = {n: z.read(n).decode() for n in names if n.endswith(".py")}
+    assert not [n for n in names if n.startswith("grader")], "the wheel contains grader modules"
+    assert any(n.startswith("attention_learner/data/") and n.endswith(".npz") for n in names)
+    for name, text in sources.items():
+        assert "grader.reference" not in text, f"{name} mentions grader.reference"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                assert node.name not in contract, f"{name} defines {node.name}, a contract name"
+            if isinstance(node, ast.Import):
+                bad = [a.name for a in node.names if a.name.split(".")[0] == "grader"]
+                assert not bad, f"{name} imports {bad}"
+            if isinstance(node, ast.ImportFrom):
+                assert (node.module or "").split(".")[0] != "grader", f"{name} imports {node.module}"
+
+
+def test_wheel_metadata(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(z.read(n).decode() for n in z.namelist() if n.endswith("METADATA"))
+    assert "Name: attention-learner" in meta and "Requires-Python: >=3.10" in meta
+    requires = sorted(
+        line.split(": ", 1)[1] for line in meta.splitlines() if line.startswith("Requires-Dist")
+    )
+    assert requires == ["numpy>=1.26", "torch>=2.1"]
+
+
+# ---------------------------------------------------------------- shipped expected values
+
+
+@pytest.mark.parametrize("assignment", [a for a in assignments() if a[:2] <= "05"])
+def test_expected_values_are_up_to_date(assignment):
+    for exercise, cases in expected_data(assignment).items():
+        shipped = shipped_data.load_exercise(exercise)
+        assert set(shipped) == set(cases), (
+            f"{exercise}: shipped cases differ from the notebook's visible checks: "
+            "run `python -m grader release`"
+        )
+        for key, want in cases.items():
+            have = shipped[key]
+            assert [d for d, _ in have.bugs] == [d for d, _ in want.bugs], f"{exercise} {key}: bugs"
+            pairs = [(have.expected, want.expected)]
+            pairs += [(h, w) for (_, h), (_, w) in zip(have.bugs, want.bugs, strict=True)]
+            for got, ref in pairs:
+                assert got.keys() == ref.keys()
+                for k in ref:
+                    assert got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape, (exercise, key, k)
+                    assert np.allclose(got[k], ref[k], rtol=1e-12, atol=1e-12, equal_nan=True), (
+                        f"{exercise} {key} {k} is out of date: run `python -m grader release`"
+                    )
+
+
+def test_every_shipped_file_belongs_to_a_case():
+    cases = all_cases()
+    for path in shipped_data.DATA.glob("*.npz"):
+        assert path.stem in cases, f"{path.name} ships values for no known case"
+
+
+def test_case_keys_are_canonical():
+    assert shipped_data.case_key(3, {"batch": (2,), "n": 4}) == shipped_data.case_key(
+        3, {"n": np.int64(4), "batch": [2]}
+    )
+
+
+# ---------------------------------------------------------------- judging without the grader
+
+
+@pytest.fixture
+def no_instructor(monkeypatch):
+    """A learner's kernel: no grader to fall back on."""
+    monkeypatch.setattr(learner_checks, "instructor_judge", lambda: None)
+
+
+def _unscaled_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2)  # (..., n_q, n_k), the classic bug: no 1/sqrt(d_k)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return weights @ V, weights
+
+
+def test_shipped_values_name_the_classic_bug(no_instructor):
+    with pytest.raises(AssertionError) as failure:
+        learner_checks.check("scaled_dot_product_attention", _unscaled_attention, seed=1)
+    message = str(failure.value)
+    assert "scaled_dot_product_attention is wrong on batch (), n_q=3, n_k=5, d_k=7, d_v=2" in message
+    assert "largest error" in message and "not divided by sqrt(d_k)" in message
+
+
+def test_a_case_that_is_not_shipped_says_so(no_instructor):
+    with pytest.raises(learner_checks.NoExpectedValues, match="not one of the visible test cases"):
+        learner_checks.check("scaled_dot_product_attention", _unscaled_attention, seed=999, n_q=2)
+
+
+def test_unshipped_cases_are_judged_by_the_grader_when_it_is_there():
+    assert learner_checks.instructor_judge() is not None
+    with pytest.raises(AssertionError, match="not divided by sqrt"):
+        learner_checks.check("scaled_dot_product_attention", _unscaled_attention, seed=999, n_q=2)
+
+
+def test_recording_mode_records_and_does_not_judge():
+    recorder = recording.start_recording()
+    try:
+        learner_checks.check("scaled_dot_product_attention", _unscaled_attention, seed=4, n_k=6)
+    finally:
+        recording._recorder = None
+    (record,) = recorder.records[-1]
+    assert (record.exercise, record.seed, record.params, record.error) == (
+        "scaled_dot_product_attention", 4, {"n_k": 6}, ""
+    )
+    assert record.outputs["weights"].shape == (3, 6)
+
+
+def test_descriptions_follow_the_builders_defaults():
+    case = all_cases()["MultiHeadAttention"]
+    assert case.case_description({"n_k": 2}).startswith("batch 2, n_q=5, n_k=2, num_heads=3")
+
+
+def test_gradients_are_raw_arrays_and_judged_by_the_parent():
+    case = all_cases()["scaled_dot_product_attention_torch__gradients"]
+    inputs = case.make_inputs(np.random.default_rng(0), batch=(2,), mask="random")
+    detached = lambda Q, K, V, mask=None: (  # noqa: E731
+        scaled_dot_product_attention_torch(Q, K.detach(), V, mask)
+    )
+    got = {k: np.asarray(v) for k, v in case.call(detached, inputs).items()}
+    assert sorted(got) == ["dK", "dQ", "dV"] and not got["dK"].any()
+    message = all_exercises()[case.name].judge({}, inputs, got)
+    assert "the gradient with respect to K differs" in message
+
+
+# ---------------------------------------------------------------- the given building blocks
+
+
+def test_given_attention_equals_the_reference():
+    rng = torch.Generator().manual_seed(0)
+    Q, K, V = (
+        torch.randn(2, 3, n, d, generator=rng, dtype=torch.float64) for n, d in ((4, 5), (6, 5), (6, 2))
+    )  # (B, h, n_q, d_k), (B, h, n_k, d_k), (B, h, n_k, d_v)
+    mask = torch.rand(2, 3, 4, 6, generator=rng) > 0.4
+    mask[0, 1, 2] = False  # a query that sees nothing
+    for m in (None, mask, mask[:, :1, :1]):
+        reference = scaled_dot_product_attention_torch(Q, K, V, m)
+        for ours, theirs in zip(given_attention(Q, K, V, m), reference, strict=True):
+            torch.testing.assert_close(ours, theirs)
+
+
+def test_given_multi_head_attention_equals_the_reference():
+    torch.manual_seed(0)
+    ours = GivenMultiHeadAttention(12, 3).double()
+    theirs = MultiHeadAttention(12, 3).double()
+    theirs.load_state_dict(ours.state_dict())
+    query = torch.randn(2, 4, 12, dtype=torch.float64, requires_grad=True)
+    key, value = torch.randn(2, 6, 12, dtype=torch.float64), torch.randn(2, 6, 12, dtype=torch.float64)
+    per_head = torch.rand(2, 3, 4, 6) > 0.4
+    per_head[1, 2, 0] = False  # blind in one head only
+    padding = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])[:, None, None, :]  # (B, 1, 1, n_k)
+    for mask in (None, per_head, padding, torch.zeros(2, 1, 1, 6, dtype=torch.bool)):
+        for a, b in zip(ours(query, key, value, mask), theirs(query, key, value, mask), strict=True):
+            torch.testing.assert_close(a, b)
+    out, _ = ours(query, key, value, per_head)
+    out.sum().backward()
+    assert torch.isfinite(query.grad).all()
+
+
+# ---------------------------------------------------------------- notebooks
+
+
+FIRST_FIVE = [a for a in assignments() if a in attention_learner.ALLOWED_IMPORTS]
+
+
+def _imports(source: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+    return found
+
+
+@pytest.mark.parametrize("assignment", FIRST_FIVE)
+def test_notebooks_import_only_what_their_assignment_allows(assignment):
+    allowed = set(attention_learner.ALLOWED_IMPORTS[assignment])
+    for cell in source_notebook(assignment).cells:
+        meta = cell.metadata.get("nbgrader") or {}
+        if cell.cell_type != "code" or meta.get("solution"):
+            continue
+        source = cell.source if is_test_cell(cell) or grade_id(cell) else _without_magics(cell.source)
+        extra = _imports(source) - allowed
+        assert not extra, f"{assignment} {grade_id(cell) or 'install cell'} imports {sorted(extra)}"
+
+
+def _without_magics(source: str) -> str:
+    return re.sub(r"^(\s*)%.*$", r"\1pass", source, flags=re.M)
+
+
+def install_requirement() -> str:
+    """The pip requirement that installs the learner package from this repository."""
+    url = re.search(r"^repository:\s*\n\s+url:\s*(\S+)", (ROOT / "_config.yml").read_text(), re.M)
+    assert url, "no repository url in _config.yml"
+    return f"attention-learner @ git+{url.group(1)}#subdirectory=learner"
+
+
+@pytest.mark.parametrize("assignment", FIRST_FIVE)
+def test_first_code_cell_installs_the_learner_package(assignment):
+    nb = source_notebook(assignment)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert "nbgrader" not in first.metadata, "the install cell is not an nbgrader cell"
+    assert "import attention_learner" in first.source
+    assert f'%pip install --quiet "{install_requirement()}"' in first.source
+    released = nbformat.read(ROOT / "chapters" / assignment / f"{assignment}.ipynb", as_version=4)
+    assert next(c for c in released.cells if c.cell_type == "code").source == first.source
+
+
+def test_binder_and_readme_use_the_same_install_command():
+    requirement = install_requirement()
+    binder = (ROOT / "binder" / "requirements.txt").read_text().splitlines()
+    assert requirement in binder
+    assert f'pip install "{requirement}"' in (ROOT / "README.md").read_text()
+    assert f'pip install "{requirement}"' in (ROOT / "intro.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    doing = readme.split("## Doing the exercises", 1)[1].split("\n## ", 1)[0]
+    assert "git clone" not in doing, "a learner is never asked to clone the repository"
+
+
+def test_learner_package_version_is_one_place():
+    meta = (LEARNER / "pyproject.toml").read_text()
+    assert f'version = "{attention_learner.__version__}"' in meta
+    assert json.loads(json.dumps(attention_learner.ALLOWED_IMPORTS))  # plain data
