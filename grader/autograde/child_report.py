@@ -129,7 +129,8 @@ def _output(entry: Any) -> dict[str, Any] | None:
         return {"output_type": "error", "ename": entry["ename"], "evalue": entry["evalue"],
                 "traceback": traceback}
     if kind in ("execute_result", "display_data") and isinstance(entry.get("data"), dict):
-        data = {k: v for k, v in entry["data"].items() if isinstance(k, str) and isinstance(v, str | list | dict)}
+        data = {k: v for k, v in entry["data"].items()
+                if isinstance(k, str) and isinstance(v, str | list | dict)}
         out = {"output_type": kind, "data": data, "metadata": {}}
         if kind == "execute_result":
             out["execution_count"] = None

@@ -24,7 +24,8 @@ class ExpectedCheck:
     params: dict[str, Any]
 
 
-def expected_checks(cells: dict[int, CellReport], grade_id_of: dict[int, str]) -> dict[str, list[ExpectedCheck]]:
+def expected_checks(cells: dict[int, CellReport],
+                    grade_id_of: dict[int, str]) -> dict[str, list[ExpectedCheck]]:
     """From the solution run's report: grade id -> the checks its test cell makes."""
     return {
         grade_id_of[index]: [ExpectedCheck(r.exercise, r.seed, r.params) for r in cell.records]

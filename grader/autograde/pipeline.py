@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,7 +191,10 @@ def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions
     db_url = options.db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"
     summary = Summary()
     try:
-        with open_gradebook(db_url) as gradebook:
+        with warnings.catch_warnings(), open_gradebook(db_url) as gradebook:
+            # nbgrader's gradebook API trips SQLAlchemy 2's autoflush warnings ("... not in
+            # session, add operation ... will not proceed"): harmless, and noise on stderr
+            warnings.filterwarnings("ignore", message=".*not in session.*")
             run = Run(source, out, work, server, gradebook, db_url, Limits(timeout=options.timeout))
             notebooks = {n: sorted(s.notebooks) for n, s in run.sources.items()}
             submissions = find_submissions(submitted, notebooks)

@@ -241,7 +241,7 @@ def _open_path_to_python() -> list[tuple[Path, int]]:
 
 
 def _chown_tree(path: Path, uid: int) -> None:
-    for base, dirs, files in os.walk(path):
+    for base, _dirs, files in os.walk(path):
         os.chown(base, uid, uid)
         for name in files:
             os.chown(os.path.join(base, name), uid, uid)
