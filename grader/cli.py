@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     grade = commands.add_parser("autograde", help="grade a folder of submissions")
     grade.add_argument("submitted", type=Path, help="SUBMITTED/<student>/<assignment>/*.ipynb")
     grade.add_argument("--out", type=Path, required=True, help="where results go")
-    grade.add_argument("--workers", type=_positive(int), default=os.cpu_count() or 1)
+    grade.add_argument("--workers", type=_positive(int), default=None,
+                       help="notebooks run at once (default: the CPU count; with --scheduler, "
+                            "twice the cluster's worker threads)")
     grade.add_argument("--timeout", type=_positive(float), default=60.0,
                        help="wall-clock seconds per submission (default 60)")
     grade.add_argument("--source", type=Path, default=SOLUTIONS,
@@ -44,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--accept-weak-isolation", action="store_true",
                        help="grade even where submissions cannot be confined (no root and no user "
                             "namespaces); every results.json then says so (see SECURITY.md)")
+    grade.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="grade on a Dask cluster: tcp://host:8786 or tls://... (workers started "
+                            "with --preload grader.autograde.distributed), or local:N for a "
+                            "LocalCluster of N worker processes; needs the 'cluster' extra")
     return parser
 
 
@@ -94,12 +100,25 @@ def main(argv: list[str] | None = None) -> int:
         secrets = [args.submitted, args.out, args.source, work]
         if args.db and args.db.startswith("sqlite:///"):
             secrets.append(Path(args.db[len("sqlite:///"):]))
-        # start the server first: its imports overlap with ours below
-        server = ForkServer(grading_config(isolation, secrets))
+        workers = args.workers
+        if args.scheduler:  # the same pipeline; the jobs run on the cluster's workers
+            try:
+                from grader.autograde.distributed import DaskExecutor
+
+                server = DaskExecutor(args.scheduler, grading_config(isolation, secrets))
+                workers = workers or 2 * server.slots()
+            except (ImportError, OSError, ValueError) as exc:
+                print(f"error: cannot use the Dask scheduler {args.scheduler}: {exc}", file=sys.stderr)
+                import shutil
+
+                shutil.rmtree(work, ignore_errors=True)
+                return 2
+        else:  # start the server first: its imports overlap with ours below
+            server = ForkServer(grading_config(isolation, secrets))
         from grader.autograde.pipeline import GradeOptions, SourceError, autograde
 
-        options = GradeOptions(db_url=args.db, workers=args.workers, timeout=args.timeout,
-                               progress=not args.quiet)
+        options = GradeOptions(db_url=args.db, workers=workers or os.cpu_count() or 1,
+                               timeout=args.timeout, progress=not args.quiet)
         try:
             summary = autograde(args.submitted, args.out, args.source, options=options,
                                 server=server, work=work)
