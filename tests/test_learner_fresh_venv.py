@@ -1,0 +1,123 @@
+"""The learner package on its own: built as a wheel, installed into a fresh virtual environment
+with the lowest NumPy it allows and no `grader`, it runs every exercise notebook's visible
+tests: all pass with the solutions filled in, and each fails cleanly (a "not implemented"
+message, nothing on stderr) as released.
+
+Only one CPython (3.11) can be installed here, and the only CPU torch on disk is 2.13.0, so
+the environment differs from the course's in NumPy (the floor, 1.26.4) and in what is
+missing (the grader, nbgrader, IPython), not in Python or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attention_learner
+from grader.paths import CHAPTERS, ROOT, SOLUTIONS
+
+pytestmark = pytest.mark.slow
+
+ASSIGNMENTS = sorted(attention_learner.ALLOWED_IMPORTS)
+
+# Runs one notebook's code cells in order, without IPython or nbformat, and prints one JSON
+# object: test grade_id -> {"error": ..., "stderr": ...}. Hidden tests are cut off (a learner's
+# copy has none) and the install cell's %pip line becomes an error if it is ever reached.
+RUNNER = r'''
+import contextlib, io, json, re, sys
+
+import numpy as np
+import torch
+
+
+def run(path):
+    nb = json.load(open(path, encoding="utf-8"))
+    namespace = {"__name__": "__main__"}
+    results = {}
+    dtype, numpy_errors = torch.get_default_dtype(), np.geterr()
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        source = source.split("### BEGIN HIDDEN TESTS", 1)[0]
+        source = re.sub(r"^(\s*)%pip .*$", r"\1raise RuntimeError('pip install')", source, flags=re.M)
+        meta = cell["metadata"].get("nbgrader") or {}
+        stderr = io.StringIO()
+        error = ""
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                exec(compile(source, "<cell>", "exec"), namespace)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        if meta.get("grade") and not meta.get("solution"):
+            results[meta["grade_id"]] = {"error": error, "stderr": stderr.getvalue()}
+        elif error and not meta.get("solution"):
+            results["<" + (meta.get("grade_id") or "unnamed cell") + ">"] = {"error": error, "stderr": ""}
+    torch.set_default_dtype(dtype)  # what a setup cell changed, for the next notebook
+    np.seterr(**numpy_errors)
+    return results
+
+
+print(json.dumps({path: run(path) for path in sys.argv[1:]}))
+'''
+
+@pytest.fixture(scope="module")
+def fresh_python(tmp_path_factory) -> Path:
+    """A new venv holding only the learner wheel, numpy==1.26.4 and torch==2.13.0."""
+    tmp = tmp_path_factory.mktemp("fresh")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         str(ROOT / "learner"), "-w", str(tmp / "wheel")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (tmp / "wheel").glob("*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True)
+    python = tmp / "venv" / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-compile",
+         "numpy==1.26.4", "torch==2.13.0", str(wheel)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    (tmp / "runner.py").write_text(RUNNER)
+    return python
+
+
+@pytest.fixture(scope="module")
+def outcomes(fresh_python) -> dict[str, dict[str, dict[str, str]]]:
+    """Every notebook, source (solutions) and released (stubs), run in one fresh process."""
+    notebooks = [str(d / a / f"{a}.ipynb") for a in ASSIGNMENTS for d in (SOLUTIONS, CHAPTERS)]
+    done = subprocess.run(
+        [str(fresh_python), str(fresh_python.parent.parent.parent / "runner.py"), *notebooks],
+        capture_output=True, text=True, timeout=600, cwd=fresh_python.parent,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_fresh_venv_has_the_floor_numpy_and_no_grader(fresh_python):
+    probe = "import numpy, importlib.util; print(numpy.__version__, importlib.util.find_spec('grader'))"
+    out = subprocess.run(
+        [str(fresh_python), "-c", probe], capture_output=True, text=True, check=True, cwd=fresh_python.parent
+    )
+    assert out.stdout.split() == ["1.26.4", "None"]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_visible_tests_pass_with_the_solutions(outcomes, assignment):
+    results = outcomes[str(SOLUTIONS / assignment / f"{assignment}.ipynb")]
+    assert results and all(r == {"error": "", "stderr": ""} for r in results.values()), results
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_released_notebook_fails_cleanly(outcomes, assignment):
+    results = outcomes[str(CHAPTERS / assignment / f"{assignment}.ipynb")]
+    assert results and not [k for k in results if k.startswith("<")], results  # setup cells ran
+    for grade_id, result in results.items():
+        assert result["stderr"] == "", f"{grade_id} wrote to stderr: {result['stderr']}"
+        assert result["error"].startswith("AssertionError: ") and "not implemented" in result["error"], (
+            grade_id, result["error"],
+        )  # fmt: skip
