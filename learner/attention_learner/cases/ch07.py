@@ -1,0 +1,317 @@
+"""Chapter 7 cases: online_softmax_attention (NumPy), KVCache and CachedSelfAttention (PyTorch).
+
+- ``online_softmax_attention(Q, K, V, block_size, mask=None) -> out`` runs on block sizes that
+  do and do not divide n_k, 1 and >= n_k, masks with a fully masked row, scores of order
+  +-1000 and batch axes.
+- ``KVCache`` is asked for what ``append`` returns after every step, ``len(cache)``, and
+  its ``k`` and ``v`` at the end.
+- ``CachedSelfAttention`` is fed a sequence in chunks (a prompt, then one token at a time);
+  its outputs per chunk, the cache's length after each chunk and the cached keys and values
+  are returned raw, for comparison with the full causal pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from attention_learner.cases.ch04 import build_module, mha_state, tensor
+from attention_learner.inputs import attention_mask, describe_mask, normal
+from attention_learner.spec import Arrays, Case, unpack
+
+# ---------------------------------------------------------------- online softmax
+
+
+def make_online_inputs(
+    rng: np.random.Generator,
+    n_q: int = 3,
+    n_k: int = 7,
+    d_k: int = 5,
+    d_v: int = 2,
+    block_size: int = 3,
+    batch: Sequence[int] = (),
+    mask: str | None = None,
+    logit_scale: float = 1.0,
+) -> dict[str, Any]:
+    """Q, K, V from independent draws; ``logit_scale`` multiplies Q, so that the scores have
+    standard deviation ``logit_scale`` (1000 gives scores of order +-1000)."""
+    batch = tuple(batch)
+    return {
+        "Q": normal(rng, *batch, n_q, d_k, scale=logit_scale),  # (*B, n_q, d_k)
+        "K": normal(rng, *batch, n_k, d_k),  # (*B, n_k, d_k)
+        "V": normal(rng, *batch, n_k, d_v),  # (*B, n_k, d_v)
+        "mask": attention_mask(rng, mask, batch, n_q, n_k),
+        "block_size": block_size,
+    }
+
+
+def describe_online(params: dict[str, Any]) -> str:
+    n_k, block = params.get("n_k", 7), params.get("block_size", 3)
+    blocks = f"{-(-n_k // block)} block(s)" + (f", the last of {n_k % block}" if n_k % block else "")
+    text = (
+        f"batch {tuple(params.get('batch', ()))}, n_q={params.get('n_q', 3)}, n_k={n_k}, "
+        f"d_k={params.get('d_k', 5)}, d_v={params.get('d_v', 2)}, block_size={block} ({blocks}), "
+        f"{describe_mask(params.get('mask'))}"
+    )
+    if params.get("logit_scale", 1.0) != 1.0:
+        text += f", scores of order +-{params['logit_scale']:g}"
+    return text
+
+
+def call_online(fn: Any, inputs: dict[str, Any]) -> Arrays:
+    out = fn(inputs["Q"], inputs["K"], inputs["V"], inputs["block_size"], inputs["mask"])
+    if isinstance(out, tuple):
+        raise TypeError(
+            "online_softmax_attention should return the output array alone, not a tuple "
+            "(there is no weights matrix to return: it is never built)"
+        )
+    return {"output": out}
+
+
+def online_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    out = got.get("output")
+    hints = []
+    if out is None or out.shape != expected["output"].shape:
+        return hints
+    if not np.all(np.isfinite(out)):
+        hints.append(
+            "Some outputs are NaN or infinite. exp overflows above about 709: subtract the "
+            "running max before exponentiating, and give a row that has seen no visible key "
+            "yet (running max still -inf) a shift of 0 rather than computing -inf - (-inf)."
+        )
+    mask = inputs.get("mask")
+    if mask is not None:
+        empty = ~np.broadcast_to(mask, (*out.shape[:-1], mask.shape[-1])).any(axis=-1)  # (..., n_q)
+        if empty.any() and np.abs(np.nan_to_num(out[empty], nan=1.0)).max() > 0:
+            hints.append("A query whose keys are all masked must get an all-zero output.")
+    return hints
+
+
+# ---------------------------------------------------------------- the KV cache
+
+CACHE_CONTRACT = (
+    "KVCache() starts empty (k and v None, len 0); append(k_new, v_new) adds the new "
+    "positions after the cached ones along axis -2 and returns (k, v)"
+)
+
+
+def make_cache_inputs(
+    rng: np.random.Generator,
+    batch: int = 2,
+    num_heads: int = 3,
+    d_k: int = 4,
+    d_v: int = 5,
+    chunks: Sequence[int] = (3, 1, 2),
+) -> dict[str, Any]:
+    """Keys and values of a whole sequence, appended chunk by chunk."""
+    n = sum(chunks)
+    return {
+        "k": normal(rng, batch, num_heads, n, d_k),  # (B, h, n, d_k)
+        "v": normal(rng, batch, num_heads, n, d_v),  # (B, h, n, d_v)
+        "chunks": tuple(chunks),
+    }
+
+
+def describe_cache(params: dict[str, Any]) -> str:
+    return (
+        f"batch {params.get('batch', 2)}, num_heads={params.get('num_heads', 3)}, "
+        f"d_k={params.get('d_k', 4)}, d_v={params.get('d_v', 5)}, appending chunks of "
+        f"{list(params.get('chunks', (3, 1, 2)))} positions"
+    )
+
+
+def chunk_bounds(chunks: Sequence[int]) -> list[tuple[int, int]]:
+    ends = np.cumsum(chunks)
+    return [(int(e - c), int(e)) for c, e in zip(chunks, ends, strict=True)]
+
+
+def _cache_length(cache: Any) -> int:
+    try:
+        return len(cache)
+    except TypeError as exc:
+        raise TypeError("KVCache should define __len__: the number of cached positions") from exc
+
+
+def call_cache(cls: Any, inputs: dict[str, Any]) -> Arrays:
+    """Append the chunks one by one; return what each append returned, len(cache) after each
+    step, and the cache's k and v at the end."""
+    cache = cls()
+    k, v = torch.from_numpy(inputs["k"]), torch.from_numpy(inputs["v"])
+    outputs: dict[str, Any] = {"length_before": np.array(_cache_length(cache))}
+    lengths = []
+    for step, (a, b) in enumerate(chunk_bounds(inputs["chunks"])):
+        try:
+            result = cache.append(k[:, :, a:b].clone(), v[:, :, a:b].clone())
+        except RuntimeError as exc:
+            if step == 0 or "Sizes of tensors must match" not in str(exc):
+                raise
+            raise RuntimeError(
+                f"{exc}. Appending a chunk of {b - a} position(s) to {a} cached ones failed: the "
+                "cache seems to append along an axis other than the sequence axis (-2)"
+            ) from exc
+        outputs[f"k_step{step}"], outputs[f"v_step{step}"] = unpack(result, ("k", "v"), "KVCache.append")
+        lengths.append(_cache_length(cache))
+    outputs["lengths"] = np.array(lengths, dtype=np.float64)
+    for name in ("k", "v"):
+        if not hasattr(cache, name):
+            raise AttributeError(f"KVCache has no attribute {name!r}: {CACHE_CONTRACT}")
+        outputs[f"cache_{name}"] = getattr(cache, name)
+    return outputs
+
+
+def cache_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    hints = []
+    if got.get("length_before") is not None and got["length_before"] != 0:
+        hints.append("A new KVCache should be empty: len(cache) == 0 before the first append.")
+    lengths = got.get("lengths")
+    if lengths is not None and lengths.shape == expected["lengths"].shape and not np.array_equal(
+        lengths, expected["lengths"]
+    ):
+        hints.append(
+            f"len(cache) after each append was {lengths.astype(int).tolist()}, expected "
+            f"{expected['lengths'].astype(int).tolist()} (the number of cached positions)."
+        )
+    return hints
+
+
+# ---------------------------------------------------------------- cached self-attention
+
+CACHED_CONTRACT = (
+    "W_q, W_k, W_v, W_o (nn.Linear(d_model, d_model), as in chapter 4's MultiHeadAttention) "
+    "and cache (a KVCache)"
+)
+
+
+def make_cached_inputs(
+    rng: np.random.Generator,
+    batch: int = 2,
+    num_heads: int = 3,
+    d_head: int = 4,
+    chunks: Sequence[int] = (3, 1, 1),
+) -> dict[str, Any]:
+    """A sequence x (B, n, d_model) decoded in ``chunks`` (a prompt, then new tokens) and
+    explicit weights for the layer."""
+    d_model = num_heads * d_head
+    return {
+        "x": normal(rng, batch, sum(chunks), d_model),  # (B, n, d_model)
+        "chunks": tuple(chunks),
+        "state": mha_state(rng, d_model),
+        "args": (d_model, num_heads),
+    }
+
+
+def describe_cached(params: dict[str, Any]) -> str:
+    h, d_head = params.get("num_heads", 3), params.get("d_head", 4)
+    chunks = list(params.get("chunks", (3, 1, 1)))
+    return (
+        f"batch {params.get('batch', 2)}, num_heads={h}, d_head={d_head} (d_model={h * d_head}), "
+        f"a sequence of {sum(chunks)} tokens fed in chunks of {chunks}"
+    )
+
+
+def call_cached(cls: Any, inputs: dict[str, Any]) -> Arrays:
+    """Feed the chunks in order; return each chunk's output, the cache length after each
+    chunk, and the cached keys and values at the end."""
+    module = build_module(cls, inputs["args"], inputs["state"], CACHED_CONTRACT)
+    if not hasattr(module, "cache"):
+        raise AttributeError(f"CachedSelfAttention has no attribute 'cache'. It holds {CACHED_CONTRACT}.")
+    x = tensor(inputs["x"])  # (B, n, d_model)
+    outputs: dict[str, Any] = {}
+    lengths = []
+    with torch.no_grad():
+        for step, (a, b) in enumerate(chunk_bounds(inputs["chunks"])):
+            out = module(x[:, a:b])
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"CachedSelfAttention.forward should return one tensor, got {type(out)}")
+            outputs[f"out_step{step}"] = out  # (B, b - a, d_model)
+            lengths.append(_cache_length(module.cache))
+    outputs["lengths"] = np.array(lengths, dtype=np.float64)
+    for name in ("k", "v"):
+        cached = getattr(module.cache, name, None)
+        if cached is not None:  # an empty cache is reported by cached_hints
+            outputs[f"cache_{name}"] = cached
+    return outputs
+
+
+def cached_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    hints = []
+    steps = len(inputs["chunks"])
+    ok = [
+        (o := got.get(f"out_step{s}")) is not None
+        and o.shape == expected[f"out_step{s}"].shape
+        and np.allclose(o, expected[f"out_step{s}"], atol=1e-6)
+        for s in range(steps)
+    ]
+    if ok[0] and not all(ok[1:]):
+        hints.append(
+            "The first chunk is right but later ones are not: the new queries must attend to "
+            "every cached position (the keys and values of all earlier chunks), not only to "
+            "the new chunk."
+        )
+    if not ok[0] and inputs["chunks"][0] > 1:
+        hints.append(
+            f"Even the first chunk ({inputs['chunks'][0]} tokens) is wrong: within a chunk, "
+            "token i may attend to the cached positions and to the new tokens up to itself."
+        )
+    if "cache_k" in expected and "cache_k" not in got:
+        hints.append(
+            "self.cache is still empty after decoding: forward must append the new keys and "
+            "values to self.cache and attend to everything it returns."
+        )
+    lengths = got.get("lengths")
+    if (
+        lengths is not None
+        and "lengths" in expected
+        and lengths.shape == expected["lengths"].shape
+        and not np.array_equal(lengths, expected["lengths"])
+    ):
+        hints.append(
+            f"len(self.cache) after each chunk was {lengths.astype(int).tolist()}, expected "
+            f"{expected['lengths'].astype(int).tolist()}."
+        )
+    return hints
+
+
+CASES = [
+    Case(
+        name="online_softmax_attention",
+        make_inputs=make_online_inputs,
+        call=call_online,
+        describe=describe_online,
+        hints=online_hints,
+        atol=1e-9,
+        rtol=1e-7,
+    ),
+    Case(
+        name="KVCache",
+        make_inputs=make_cache_inputs,
+        call=call_cache,
+        describe=describe_cache,
+        hints=cache_hints,
+        atol=0.0,
+        rtol=0.0,
+    ),
+    Case(
+        name="CachedSelfAttention",
+        make_inputs=make_cached_inputs,
+        call=call_cached,
+        describe=describe_cached,
+        hints=cached_hints,
+        atol=1e-9,
+        rtol=1e-7,
+    ),
+    Case(
+        name="CachedSelfAttention__torch",
+        make_inputs=make_cached_inputs,
+        call=call_cached,
+        describe=lambda p: (
+            "against nn.MultiheadAttention's full causal pass with the same weights, " + describe_cached(p)
+        ),
+        hints=cached_hints,
+        atol=1e-9,
+        rtol=1e-7,
+    ),
+]
