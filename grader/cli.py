@@ -1,4 +1,8 @@
-"""The command line: ``python -m grader {release,check,autograde}`` (see DESIGN.md)."""
+"""The command line: ``python -m grader {release,check,autograde}``.
+
+README.md describes the commands, ARCHITECTURE.md what each does, SECURITY.md what grading
+defends.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from grader import decline_iri_checker
 from grader.paths import SOLUTIONS
 
 
@@ -54,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    decline_iri_checker()
     args = build_parser().parse_args(argv)
     if args.command == "release":
         from grader.release import release

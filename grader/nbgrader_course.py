@@ -22,14 +22,6 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
-# nbgrader runs the `alembic` script by name when it creates a gradebook: make the scripts of
-# this interpreter's environment findable even when the environment is not activated.
-_scripts = str(Path(sys.executable).parent)
-if _scripts not in os.environ.get("PATH", "").split(os.pathsep):
-    os.environ["PATH"] = _scripts + os.pathsep + os.environ.get("PATH", "")
-
-
-
 
 def _alembic_head() -> str:
     """The newest gradebook schema revision, read in-process.
@@ -45,7 +37,18 @@ def _alembic_head() -> str:
     return ScriptDirectory.from_config(config).get_current_head()
 
 
-nbgrader.api.get_alembic_version = _alembic_head
+def prepare_nbgrader() -> None:
+    """Two changes to this process that nbgrader needs or profits from; called where used.
+
+    - nbgrader runs the ``alembic`` script by name when it creates a gradebook: put this
+      interpreter's scripts folder on PATH, so it is found when the venv is not activated;
+    - nbgrader asks ``alembic heads`` in a subprocess for the schema revision (4 s here):
+      answer it in-process instead (``_alembic_head``), with the same result.
+    """
+    scripts = str(Path(sys.executable).parent)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    nbgrader.api.get_alembic_version = _alembic_head
 
 
 class NbgraderError(RuntimeError):
@@ -55,6 +58,7 @@ class NbgraderError(RuntimeError):
 @contextmanager
 def temporary_course(source_dir: Path, db_url: str | None = None) -> Iterator[NbGraderAPI]:
     """An nbgrader API on a temporary course root whose source/ is ``source_dir``."""
+    prepare_nbgrader()
     with tempfile.TemporaryDirectory(prefix="attention-course-") as tmp:
         root = Path(tmp)
         (root / "source").symlink_to(Path(source_dir).resolve(), target_is_directory=True)

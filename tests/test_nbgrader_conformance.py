@@ -11,17 +11,18 @@ notebooks and several students who each hand in some of them, so that nbgrader a
 grader each run once. Then every grade cell of every student is compared between the two
 gradebooks (nbgrader's in the course root, ours in OUT/gradebook.db).
 
-Where we differ on purpose (DESIGN.md, "The command line"), the test asserts OUR documented
-behaviour and says so: a deleted test cell is restored and graded, a timeout applies to the
-whole submission, and a manually graded cell is ``needs_manual_grade`` with 0 points in
-results.json.
+Where we differ on purpose (README.md, "Where we differ from plain nbgrader autograde"),
+the test asserts OUR documented behaviour and says so: a deleted test cell is restored and
+graded, a timeout applies to the whole submission, and a manually graded cell is
+``needs_manual_grade`` with 0 points in results.json.
 
 One deliberate change to nbgrader's setups: nbgrader's tests often use a notebook whose
 solutions are stubs (submitted-unchanged.ipynb, test-hidden-tests.ipynb) as the SOURCE. Our
-grader runs the source once to learn what each test checks and refuses a source that fails
-its own tests, so here the sources are versions that pass (submitted-changed.ipynb; the
-hidden-tests notebook with test.ipynb's solutions). ``test_source_failing_its_own_tests``
-records what happens with nbgrader's original setup.
+grader runs the source once to learn what each test checks; a test that fails in the source
+can only be graded by nbgrader's own rule (did the cell raise), with a note, so here the
+sources are versions that pass (submitted-changed.ipynb; the hidden-tests notebook with
+test.ipynb's solutions). ``test_source_failing_its_own_tests`` records what happens with
+nbgrader's original setup.
 """
 
 from __future__ import annotations
@@ -221,11 +222,11 @@ def graded(tmp_path_factory):
 
 # Cells where we differ from nbgrader on purpose: (student, notebook, grade_id) -> our score.
 DOCUMENTED_DIFFERENCES = {
-    # DESIGN.md: a timeout applies to the whole submission. nbgrader interrupts the looping
+    # README.md: a timeout applies to the whole submission. nbgrader interrupts the looping
     # cell after Execute.timeout and runs the rest (`foo` prints "Success!": 1 point); we stop
     # the submission, and tests that had not run by then get 0.
     ("loop", "p1", "foo"): 0.0,
-    # DESIGN.md: deleted test cells are restored from the source and graded. nbgrader's
+    # README.md: deleted test cells are restored from the source and graded. nbgrader's
     # default leaves the grade without a score (0); we run the restored `assert a == 1`.
     ("deleted_test", "p1", "bar"): 1.0,
 }
@@ -260,7 +261,7 @@ def test_results_json_agrees_with_nbgrader(graded):
 def test_manually_graded_cells(graded):
     """nbgrader's grade + solution cells, code and markdown, in submitted notebooks: the same
     auto_score and needs_manual_grade as nbgrader in the gradebook; in results.json,
-    needs_manual_grade and 0 points (DESIGN.md), so max_score is nbgrader's too."""
+    needs_manual_grade and 0 points (README.md), so max_score is nbgrader's too."""
     manual = {("p1", "baz"), ("p1", "quux"), ("p2", "sum_of_squares_equation"),
               ("p2", "sum_of_squares_application")}
     for student, notebooks in graded["students"].items():
@@ -357,7 +358,7 @@ def test_side_effects_stay_out_of_the_course(graded):
 
 def test_infinite_loop_stops_at_the_timeout(graded):
     result = graded["results"]["loop"]
-    assert result["status"] == "timeout"  # DESIGN.md: the whole submission stops
+    assert result["status"] == "timeout"  # README.md: the whole submission stops
     assert "time" in result["message"]
     tests = {t["grade_id"]: t for t in result["tests"] if t["notebook"] == "p1"}
     assert tests["foo"]["status"] == "timeout" and tests["foo"]["points"] == 0

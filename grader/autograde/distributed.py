@@ -280,8 +280,15 @@ def _worker_address() -> str:
 
 
 def cluster_settings() -> dict[str, Any]:
-    """Dask settings for a cluster this process starts (a LocalCluster's scheduler runs here)."""
-    return {"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}
+    """Dask settings for a cluster this process starts (a LocalCluster's scheduler runs here).
+
+    A task is retried once after its worker died, then fails with KilledWorker. A worker gets
+    one task at a time (saturation 1.0: nothing waits in a worker's own queue), so when a
+    poison notebook kills its worker, no innocent notebook queued there is counted as a
+    suspect with it.
+    """
+    return {"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+            "distributed.scheduler.worker-saturation": 1.0}
 
 
 class DaskExecutor:

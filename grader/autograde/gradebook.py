@@ -20,6 +20,9 @@ def open_gradebook(db_url: str) -> Gradebook:
     """
     from sqlalchemy import event, text
 
+    from grader.nbgrader_course import prepare_nbgrader
+
+    prepare_nbgrader()
     gradebook = Gradebook(db_url)
     if db_url.startswith("sqlite"):
         @event.listens_for(gradebook.engine, "connect")

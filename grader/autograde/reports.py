@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
-import html
+import io
 import json
 import os
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
         handle.write(text)
     os.replace(tmp, path)
 
@@ -58,13 +59,12 @@ def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[
              _number(result["max_score"]), result["status"]]
             + [_number(points[c]) if c in points else "" for c in test_ids]
         )
+    text = io.StringIO(newline="")
+    writer = csv.writer(text, quoting=csv.QUOTE_NONNUMERIC)
+    writer.writerow(["student_id", "assignment", "score", "max_score", "status", *test_ids])
+    writer.writerows(rows)
     path = out / "grades.csv"
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".grades.csv.")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
-        writer.writerow(["student_id", "assignment", "score", "max_score", "status", *test_ids])
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    write_atomically(path, text.getvalue())
     return path
 
 
@@ -83,44 +83,15 @@ STATUS_COLOURS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e",
                   "timeout": "#9a6700", "needs_manual_grade": "#0969da", "not_run": "#6e7781"}
 
 
+@cache
+def _feedback_template() -> Any:
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    environment = Environment(loader=PackageLoader("grader.autograde", "templates"),
+                              autoescape=select_autoescape(["html", "j2"]))
+    return environment.get_template("feedback.html.j2")
+
+
 def feedback_html(result: dict[str, Any]) -> str:
     """A self-contained page the learner can read: score, notes, and one row per test."""
-    e = html.escape
-    rows = []
-    for test in result["tests"]:
-        colour = STATUS_COLOURS.get(test["status"], "#24292f")
-        rows.append(
-            "<tr>"
-            f"<td><code>{e(test['grade_id'])}</code><br><small>{e(test['notebook'])}</small></td>"
-            f"<td style='color:{colour};font-weight:600'>{e(test['status'].replace('_', ' '))}</td>"
-            f"<td class='num'>{_number(test['points'])} / {_number(test['max_points'])}</td>"
-            f"<td><pre>{e(test['message'])}</pre></td>"
-            "</tr>"
-        )
-    notes = "".join(f"<li>{e(n)}</li>" for n in result.get("notes", []))
-    flags = "".join(f"<li>{e(f)}</li>" for f in result.get("flags", []))
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>Feedback: {e(result['assignment'])} ({e(result['student_id'])})</title>
-<style>
-body {{ font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; color: #24292f; }}
-table {{ border-collapse: collapse; width: 100%; }}
-th, td {{ border-bottom: 1px solid #d0d7de; padding: .5rem; text-align: left; vertical-align: top; }}
-td.num {{ white-space: nowrap; }}
-pre {{ white-space: pre-wrap; margin: 0; font-size: .85rem; }}
-.score {{ font-size: 1.6rem; font-weight: 700; }}
-.flags {{ color: #cf222e; }}
-</style></head><body>
-<h1>{e(result['assignment'])}</h1>
-<p>Student: <code>{e(result['student_id'])}</code> &middot; status: <b>{e(result['status'])}</b></p>
-<p class="score">{_number(result['score'])} / {_number(result['max_score'])}</p>
-<p>{e(result.get('message', ''))}</p>
-{f'<h2>Flags</h2><ul class="flags">{flags}</ul>' if flags else ''}
-{f'<h2>Notes</h2><ul>{notes}</ul>' if notes else ''}
-<h2>Tests</h2>
-<table><tr><th>test</th><th>status</th><th>points</th><th>what was checked</th></tr>
-{''.join(rows)}
-</table>
-<p><small>Hidden tests are described by what they checked; their code is not shown.</small></p>
-</body></html>
-"""
+    return _feedback_template().render(result=result, colours=STATUS_COLOURS, number=_number)

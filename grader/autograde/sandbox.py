@@ -437,6 +437,9 @@ def choose_isolation(accept_weak: bool) -> Isolation:
 
 
 if __name__ == "__main__":
+    from grader import decline_iri_checker
+
+    decline_iri_checker()
     raw = json.loads(sys.stdin.buffer.readline())  # the first line: the configuration
     serve(ServerConfig(Isolation(raw["isolation"]), tuple(raw.get("hidden", ())),
                        tuple(raw.get("readonly", ()))))

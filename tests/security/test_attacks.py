@@ -169,6 +169,7 @@ def _attacks(paths: dict[str, str], port: int) -> dict[str, str]:
         "stall_stop": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n" + JACOBIAN,
         "stall_sleep": "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                        "time.sleep(10**6)\n" + JACOBIAN,
+        "long_error": "def softmax_jacobian(p):\n    raise ValueError('x' * 10**6)\n",
         "hidden_tests": (
             "import inspect\n"
             "def softmax_jacobian(p):\n"
@@ -362,6 +363,14 @@ def test_forged_reports_and_displays_earn_nothing(graded, student):
     res = result(graded, student)
     assert res["score"] == 0, res
     assert res["status"] in ("graded", "crashed")
+
+
+def test_echoed_exception_text_is_bounded(graded):
+    res = result(graded, "long_error")
+    assert res["score"] == FULL - JACOBIAN_POINTS
+    assert 100 < len(jacobian(res)["message"]) <= 2_500
+    feedback = (graded["out"] / "long_error" / A / "feedback.html").read_text()
+    assert len(feedback) < 50_000
 
 
 def test_symlinks_are_not_followed(graded):
