@@ -2,13 +2,18 @@
 
 OverwriteCells and SaveAutoGrades open (and migrate-check) a new Gradebook for every
 notebook, over 100 ms each here; with hundreds of submissions that was most of the parent's
-time. These subclasses run nbgrader's own cell logic unchanged against one connection.
+time. These subclasses run nbgrader's own ``preprocess`` unchanged; for the length of that
+call, the name ``Gradebook`` in its module gives back the run's open gradebook (``_lend``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import OverwriteCells, SaveAutoGrades
+from nbgrader.preprocessors import OverwriteCells, SaveAutoGrades, overwritecells, saveautogrades
 
 
 def open_gradebook(db_url: str) -> Gradebook:
@@ -38,37 +43,52 @@ def open_gradebook(db_url: str) -> Gradebook:
     return gradebook
 
 
-def _set_ids(pp, gradebook: Gradebook, resources: dict) -> None:
-    info = resources["nbgrader"]
-    pp.notebook_id = info["notebook"]
-    pp.assignment_id = info["assignment"]
-    pp.student_id = info.get("student")
-    pp.db_url = info["db_url"]
-    pp.gradebook = gradebook
+class _Lent:
+    """The run's open gradebook, lent to one nbgrader preprocessor: ``with`` leaves it open."""
+
+    def __init__(self, gradebook: Gradebook) -> None:
+        self._gradebook = gradebook
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gradebook, name)
+
+    def __enter__(self) -> _Lent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@contextmanager
+def _lend(module: Any, gradebook: Gradebook) -> Iterator[None]:
+    """For the duration of one call, ``module``'s ``Gradebook(db_url)`` is the open one."""
+    original = module.Gradebook
+    module.Gradebook = lambda *args, **kwargs: _Lent(gradebook)
+    try:
+        yield
+    finally:
+        module.Gradebook = original
 
 
 class SharedOverwriteCells(OverwriteCells):
-    """OverwriteCells (with missing grade cells added back) on an already open gradebook."""
+    """nbgrader's OverwriteCells (missing grade cells added back), on the run's gradebook."""
 
-    def __init__(self, gradebook: Gradebook, **kwargs) -> None:
+    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
         super().__init__(add_missing_cells=True, **kwargs)
         self.shared = gradebook
 
     def preprocess(self, nb, resources):
-        _set_ids(self, self.shared, resources)
-        nb, resources = super(OverwriteCells, self).preprocess(nb, resources)  # per-cell logic
-        nb, resources = self.add_missing_grade_cells(nb, resources)
-        nb, resources = self.add_missing_task_cells(nb, resources)
-        return nb, resources
+        with _lend(overwritecells, self.shared):
+            return super().preprocess(nb, resources)
 
 
 class SharedSaveAutoGrades(SaveAutoGrades):
-    """SaveAutoGrades (determine_grade -> auto_score, needs_manual_grade) on an open gradebook."""
+    """nbgrader's SaveAutoGrades (determine_grade -> auto_score), on the run's gradebook."""
 
-    def __init__(self, gradebook: Gradebook, **kwargs) -> None:
+    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.shared = gradebook
 
     def preprocess(self, nb, resources):
-        _set_ids(self, self.shared, resources)
-        return super(SaveAutoGrades, self).preprocess(nb, resources)
+        with _lend(saveautogrades, self.shared):
+            return super().preprocess(nb, resources)
