@@ -317,3 +317,18 @@ def test_the_inspection_sees_defects(browser, book_url, tmp_path):
     assert seen["overflowing"] and seen["pageWidth"] > seen["viewport"]
     assert any(HASHED.search(image["alt"]) for image in seen["images"])
     assert _console_errors(browser), "the deliberate ReferenceError was not seen"
+
+
+def test_math_renders_from_disk_without_a_server(browser, built_book):
+    """``_build/html`` opened from disk (file://) still typesets math with its own MathJax."""
+    import json
+
+    page = built_book / "chapters" / "03_scaled_dot_product" / "scaled_dot_product_attention.html"
+    _set_width(browser, WIDTHS["desktop"])
+    browser.get_log("browser")
+    browser.get(page.as_uri())
+    assert browser.execute_async_script(WAIT_FOR_MATHJAX) == "typeset"
+    seen = json.loads(browser.execute_script(INSPECT_PAGE))
+    assert seen["typeset"] > 10 and not seen["mathErrors"]
+    assert not RAW_MATH.search(seen["text"])
+    assert not _console_errors(browser)
