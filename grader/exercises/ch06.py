@@ -49,6 +49,10 @@ def _pe_bug(**kw: Any):
     return lambda i: {"pe": _pe_variant(i["n"], i["d_model"], **kw)}
 
 
+# Most of these bugs keep each pair of columns on a circle that turns at a fixed speed, so
+# their dot products still depend on the offset only: the properties test names only the
+# bug that breaks that (one frequency per column); the comparison test names them all.
+
 PE_BUGS = {
     "sin and cos swapped (even columns take the sine, odd columns the cosine)": _pe_bug(order="swapped"),
     "the sines and cosines concatenated ([sin | cos]) instead of interleaved (sin in column 2i, "
@@ -137,6 +141,11 @@ EXERCISES = [
         "positional_encoding",
         reference=lambda i: {"pe": positional_encoding(i["n"], i["d_model"])},
         bugs=PE_BUGS,
+    ),
+    exercise(
+        "positional_encoding__properties",
+        reference=lambda i: {"dot_spread": np.zeros(len(i["offsets"])), "bounded": np.array(True)},
+        bugs={k: v for k, v in PE_BUGS.items() if k.startswith("one frequency per column")},
     ),
     exercise("greedy_decode", reference=_decode_reference, bugs=DECODE_BUGS),
 ]

@@ -48,6 +48,38 @@ def pe_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     return hints
 
 
+def make_offset_inputs(
+    rng: np.random.Generator, n: int = 40, d_model: int = 16, offsets: Sequence[int] = (1, 3, 7)
+) -> Inputs:
+    """An even d_model: with an odd one the lone last sine column has no partner, and its
+    products do depend on the position."""
+    return {"n": n, "d_model": d_model, "offsets": tuple(offsets)}
+
+
+def derive_offsets(inputs: Inputs, raw: Arrays) -> Arrays:
+    """From the encoding: how much PE[p] . PE[p + k] varies with p, for each offset k (0 when
+    it depends on k only), and whether every entry lies in [-1, 1]."""
+    pe = raw["pe"]
+    n, d_model = inputs["n"], inputs["d_model"]
+    if pe.shape != (n, d_model):
+        raise ValueError(f"the encoding has shape {pe.shape}, expected {(n, d_model)}")
+    spread = [np.ptp(np.einsum("pd,pd->p", pe[:-k], pe[k:])) for k in inputs["offsets"]]
+    return {"dot_spread": np.array(spread), "bounded": np.array(np.abs(pe).max() <= 1.0 + 1e-12)}
+
+
+def describe_offsets(params: dict[str, Any]) -> str:
+    return (
+        f"n={params['n']}, d_model={params['d_model']}: PE[p] . PE[p + k] must not depend on p "
+        f"(offsets k = {list(params['offsets'])}), and every entry must be in [-1, 1]"
+    )
+
+
+OFFSET_LABELS = {
+    "dot_spread": "the spread over p of PE[p] . PE[p + k], one entry per offset k",
+    "bounded": "whether every entry is in [-1, 1]",
+}
+
+
 # ---------------------------------------------------------------- greedy_decode
 
 
@@ -176,6 +208,16 @@ CASES = [
         describe=describe_pe,
         hints=pe_hints,
         atol=1e-8,
+        rtol=1e-6,
+    ),
+    Case(
+        name="positional_encoding__properties",
+        make_inputs=make_offset_inputs,
+        call=call_pe,
+        describe=describe_offsets,
+        derive=derive_offsets,
+        labels=OFFSET_LABELS,
+        atol=1e-9,
         rtol=1e-6,
     ),
     Case(
