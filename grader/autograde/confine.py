@@ -8,10 +8,11 @@ exists in it. What the child ends up with (see SECURITY.md for the threat model)
   PID 1 of its namespace: the kernel kills the whole namespace with it);
 - a root filesystem of its own, built on an empty tmpfs: the Python installation, the
   virtual environment, the system libraries and ``/etc`` read-only, the learner package,
-  an empty ``/tmp``, a minimal ``/dev``, its own ``/proc``, and its job folder as
-  ``/home/learner`` (the only place it can write). The grader's checkout, ``solutions/``,
-  the source, SUBMITTED, OUT, the gradebook and every other job's folder are simply not
-  in it; any of them that lies inside a mounted folder is covered by an empty mount;
+  an empty ``/tmp``, a minimal ``/dev``, its own ``/proc``, and a copy of its job folder's
+  files as ``/home/learner`` (size-limited tmpfs, like ``/tmp``: the only places it can
+  write). The grader's checkout, ``solutions/``, the source, SUBMITTED, OUT, the gradebook
+  and every other job's folder are simply not in it; any of them that lies inside a
+  mounted folder is covered by an empty mount;
 - another identity: as root, uid/gid 65534 (nobody) with no capabilities; as an ordinary
   user, a user namespace in which it keeps its uid but holds no capability;
 - ``no_new_privs``, and limits whose hard value equals the soft one.
@@ -25,6 +26,7 @@ import ctypes
 import os
 import platform
 import resource
+import shutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -192,7 +194,11 @@ def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
         inside = new_root + path
         if any(_within(path, r) and path != r for r in view.readonly) and os.path.lexists(inside):
             _cover(inside)
-    _bind(home, new_root + HOME, readonly=False)
+    # The job's home is a size-limited tmpfs holding a copy of the job folder's files: the
+    # child's writes cannot fill the grader's disk, and the job folder itself stays as given.
+    _ensure_dir(new_root + HOME)
+    _mount("tmpfs", new_root + HOME, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=0755")
+    shutil.copytree(home, new_root + HOME, symlinks=True, dirs_exist_ok=True)
     _ensure_dir(new_root + "/tmp")
     _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
     _ensure_dir(new_root + "/dev")

@@ -169,6 +169,22 @@ def _attacks(paths: dict[str, str], port: int) -> dict[str, str]:
         "stall_stop": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n" + JACOBIAN,
         "stall_sleep": "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                        "time.sleep(10**6)\n" + JACOBIAN,
+        "fill_disk": _probe("""
+            written = 0
+            for folder in ('.', '/tmp', '/dev/shm'):
+                for k in range(400):  # 400 MB per folder if nothing stopped it
+                    try:
+                        with open(f'{folder}/fill{k}.bin', 'wb') as handle:
+                            handle.write(bytes(2**20))
+                        written += 1
+                    except OSError:
+                        break
+            if written > 3 * 70:
+                leaks.append(f'wrote {written} MB')
+            for folder in ('.', '/tmp', '/dev/shm'):
+                for name in glob.glob(folder + '/fill*.bin'):
+                    os.remove(name)
+        """),
         "long_error": "def softmax_jacobian(p):\n    raise ValueError('x' * 10**6)\n",
         "hidden_tests": (
             "import inspect\n"
@@ -327,7 +343,7 @@ def test_the_run_finishes_and_classmates_keep_their_scores(graded):
 
 
 ATTACKERS = ["read_secrets", "write_everywhere", "network", "privileges", "escapee", "hidden_tests",
-             "data_linker"]
+             "data_linker", "fill_disk"]
 
 
 @pytest.mark.parametrize("student", ATTACKERS)
