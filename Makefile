@@ -11,8 +11,9 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml learner/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./learner
-	$(BIN)/python -m pip install --quiet -e ".[book,test]"
+	# one resolve for both packages: the course's torch==2.13.0 pin (a CPU build here) holds
+	# for the learner package too, whose own requirement (torch>=2.1) would take the newest
+	$(BIN)/python -m pip install --quiet -e ./learner -e ".[book,test]"
 	touch $(STAMP)
 
 book: $(STAMP)
