@@ -150,7 +150,7 @@ class PostgresServer:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("start", "stop"):
-        print(__doc__.split("Command line", 1)[1], file=sys.stderr)
+        print("usage: python -m tests.pg_server start|stop FOLDER", file=sys.stderr)
         return 2
     action, folder = argv[0], Path(argv[1]).resolve()
     bin_dir = find_bin_dir()

@@ -77,7 +77,10 @@ def new_database(base_url: str) -> str:
     """CREATE DATABASE with a fresh name; return its SQLAlchemy URL."""
     name = f"attention_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(_libpq(base_url), autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
+        try:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.fail(f"the role in {URL_VARIABLE} may not create databases (ALTER ROLE ... CREATEDB)")
     return make_url(base_url).set(database=name).render_as_string(hide_password=False)
 
 
