@@ -51,6 +51,10 @@ def test_source_is_well_formed(assignment):
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution"):
             assert "grader.reference" not in cell.source
+        if cell.cell_type == "code":  # a notebook needs only the learner package, never the grader
+            assert not re.search(r"^\s*(from|import)\s+grader\b", cell.source, re.M), (
+                f"{grade_id(cell) or 'a cell'} imports the grader package"
+            )
 
 
 @pytest.mark.parametrize("assignment", PARAMS)

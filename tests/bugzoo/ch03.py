@@ -84,6 +84,17 @@ def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     weights = torch.softmax(scores, dim=-1)
     return weights @ V, weights
 ''', expect="came out NaN"),
+    Bug("scaled_dot_product_attention_torch", "additive-mask-nan-gradients", '''
+def scaled_dot_product_attention_torch(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if mask is None:
+        weights = torch.softmax(scores, dim=-1)
+        return weights @ V, weights
+    bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))  # an additive mask
+    weights = torch.softmax(scores + bias, dim=-1)
+    weights = torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros(()))
+    return weights @ V, weights  # right forward pass, NaN gradients on fully masked rows
+''', expect="the gradient with respect to Q has"),
     Bug("softmax_jacobian", "sign-flipped", '''
 def softmax_jacobian(p):
     return np.outer(p, p) - np.diag(p)
