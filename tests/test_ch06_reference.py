@@ -195,8 +195,13 @@ def test_token_accuracy():
 def test_tiny_transformer_equals_nn_transformer_with_the_same_weights():
     torch.manual_seed(1)
     sv, tv = source_vocab(), target_vocab()
-    model = TinyTransformer(len(sv), len(tv), d_model=12, num_heads=4, d_ff=20,
-                            num_encoder_layers=2, num_decoder_layers=2).double().eval()
+    model = (
+        TinyTransformer(
+            len(sv), len(tv), d_model=12, num_heads=4, d_ff=20, num_encoder_layers=2, num_decoder_layers=2
+        )
+        .double()
+        .eval()
+    )
     src, tgt_in, _ = to_batch(make_pairs(4, seed=5), sv, tv)  # padded batches
     theirs = to_torch_transformer(model).eval()
     n_tgt = tgt_in.shape[1]

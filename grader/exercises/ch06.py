@@ -18,8 +18,15 @@ from grader.exercises.spec import Arrays, Inputs
 from grader.reference.translator import greedy_decode, positional_encoding
 
 
-def _pe_variant(n: int, d_model: int, base: float = 10000.0, exponent: str = "2i",
-                order: str = "interleaved", start: int = 0, sign: float = -1.0) -> np.ndarray:
+def _pe_variant(
+    n: int,
+    d_model: int,
+    base: float = 10000.0,
+    exponent: str = "2i",
+    order: str = "interleaved",
+    start: int = 0,
+    sign: float = -1.0,
+) -> np.ndarray:
     """The sinusoidal encoding with one classic bug switched on."""
     positions = np.arange(start, start + n, dtype=np.float64)[:, None]  # (n, 1)
     pairs = np.arange((d_model + 1) // 2, dtype=np.float64)  # (ceil(d/2),): i = 0, 1, 2, ...
@@ -97,6 +104,8 @@ def _decode_variant(
             next_id = torch.where(finished, torch.full_like(next_id, eos), next_id)
         tgt = torch.cat([tgt, next_id[:, None]], dim=1)
         finished |= next_id == eos
+        if stop == "same_step" and (next_id == eos).all():
+            break  # no record of which sentences finished earlier
         if (stop == "all" and finished.all()) or (stop == "any" and finished.any()):
             break
     return {"ids": tgt if keep_bos else tgt[:, 1:]}
@@ -109,6 +118,9 @@ def _decode_bug(**kw: Any):
 DECODE_BUGS = {
     "decoding that keeps going after EOS: a finished sentence must only repeat eos_id "
     "(replace its next token by eos_id)": _decode_bug(pad_after_eos=False),
+    "decoding that keeps going after EOS: it stops only when every sentence emits EOS at the "
+    "same step; keep a record of the finished sentences (finished |= next_id == eos_id) and "
+    "make them repeat eos_id": _decode_bug(pad_after_eos=False, stop="same_step"),
     "decoding that runs all max_len steps instead of stopping when every sentence has "
     "emitted EOS": _decode_bug(stop="never"),
     "decoding that treats the batch as one sequence: it stops as soon as ONE sentence has "
@@ -117,13 +129,12 @@ DECODE_BUGS = {
     "batch's logits (use argmax(dim=-1))": _decode_bug(flat_argmax=True),
     "feeding back the argmax of the wrong position: the next token comes from the logits at "
     "the LAST position, logits[:, -1]": _decode_bug(position=0),
-    "decoding that forgets BOS: the decoder's input must start with bos_id (it started with "
-    "0)": _decode_bug(start="zero"),
+    "decoding that forgets BOS: the decoder's input must start with bos_id (it started with 0)": _decode_bug(
+        start="zero"
+    ),
     "decoding that forgets BOS: the decoder's input must start with bos_id (it started with "
     "eos_id)": _decode_bug(start="eos"),
-    "an output that keeps the BOS in front: return the generated tokens only": _decode_bug(
-        keep_bos=True
-    ),
+    "an output that keeps the BOS in front: return the generated tokens only": _decode_bug(keep_bos=True),
     "an output that returns the prompt (the source ids) instead of the generated tokens": (
         lambda i: {"ids": torch.from_numpy(i["src"])}
     ),

@@ -40,8 +40,13 @@ PLACE_BEFORE = ("wide", "old", "long", "new")
 
 
 def pronoun_sentence(
-    rng: np.random.Generator, animal: str, place: str, ending: str, passive: bool = False,
-    animal_adjective: str | None = None, place_adjective: str | None = None,
+    rng: np.random.Generator,
+    animal: str,
+    place: str,
+    ending: str,
+    passive: bool = False,
+    animal_adjective: str | None = None,
+    place_adjective: str | None = None,
 ) -> tuple[list[str], int]:
     """One sentence and the position of the noun that "it" refers to."""
     a = ["the"] + ([animal_adjective] if animal_adjective else []) + [animal]

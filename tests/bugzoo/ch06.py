@@ -119,18 +119,28 @@ def positional_encoding(n, d_model):
     Bug(
         exercise="positional_encoding",
         name="transposed",
-        code=_pe("p / 10000 ** (i / d_model)", _INTERLEAVE).replace(
-            "    return pe", "    return pe.T"
-        ),
+        code=_pe("p / 10000 ** (i / d_model)", _INTERLEAVE).replace("    return pe", "    return pe.T"),
         expect="shape",
     ),
     # ---------------------------------------------------------------- greedy_decode
     Bug(
         exercise="greedy_decode",
         name="keeps_going_after_eos",
-        code=_decode(_STEP.replace(
-            "        next_id = torch.where(finished, torch.full_like(next_id, eos_id), next_id)\n", ""
-        )),
+        code=_decode(
+            _STEP.replace(
+                "        next_id = torch.where(finished, torch.full_like(next_id, eos_id), next_id)\n", ""
+            )
+        ),
+        expect="keeps going after EOS",
+    ),
+    Bug(
+        exercise="greedy_decode",
+        name="no_record_of_finished_sentences",
+        code=_decode(
+            _STEP.replace(
+                "        next_id = torch.where(finished, torch.full_like(next_id, eos_id), next_id)\n", ""
+            ).replace("finished = finished | (next_id == eos_id)", "finished = next_id == eos_id")
+        ),
         expect="keeps going after EOS",
     ),
     Bug(
@@ -172,10 +182,12 @@ def positional_encoding(n, d_model):
     Bug(
         exercise="greedy_decode",
         name="argmax_over_the_whole_batch",
-        code=_decode(_STEP.replace(
-            "logits[:, -1].argmax(dim=-1)",
-            "(logits[:, -1].argmax() % logits.shape[-1]).repeat(B)",
-        )),
+        code=_decode(
+            _STEP.replace(
+                "logits[:, -1].argmax(dim=-1)",
+                "(logits[:, -1].argmax() % logits.shape[-1]).repeat(B)",
+            )
+        ),
         expect="treats the batch as one sequence",
     ),
     Bug(
