@@ -92,7 +92,7 @@ def _cache_steps(inputs: dict[str, Any], join) -> Arrays:
 def cache_reference(inputs: dict[str, Any]) -> Arrays:
     cache = KVCache()
     k, v = torch.from_numpy(inputs["k"]), torch.from_numpy(inputs["v"])
-    outputs: Arrays = {"length_before": np.array(0.0)}
+    outputs: Arrays = {"length_before": np.array([0.0])}  # a 1-element array: 0-d ones are not sent
     lengths = []
     for step, (a, b) in enumerate(chunk_bounds(inputs["chunks"])):
         k_all, v_all = cache.append(k[:, :, a:b], v[:, :, a:b])

@@ -140,7 +140,7 @@ def call_cache(cls: Any, inputs: dict[str, Any]) -> Arrays:
     step, and the cache's k and v at the end."""
     cache = cls()
     k, v = torch.from_numpy(inputs["k"]), torch.from_numpy(inputs["v"])
-    outputs: dict[str, Any] = {"length_before": np.array(_cache_length(cache))}
+    outputs: dict[str, Any] = {"length_before": np.array([_cache_length(cache)], dtype=np.float64)}
     lengths = []
     for step, (a, b) in enumerate(chunk_bounds(inputs["chunks"])):
         try:
@@ -164,7 +164,7 @@ def call_cache(cls: Any, inputs: dict[str, Any]) -> Arrays:
 
 def cache_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
     hints = []
-    if got.get("length_before") is not None and got["length_before"] != 0:
+    if got.get("length_before") is not None and np.any(got["length_before"] != 0):
         hints.append("A new KVCache should be empty: len(cache) == 0 before the first append.")
     lengths = got.get("lengths")
     if lengths is not None and lengths.shape == expected["lengths"].shape and not np.array_equal(
@@ -247,14 +247,15 @@ def cached_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[
     ]
     if ok[0] and not all(ok[1:]):
         hints.append(
-            "The first chunk is right but later ones are not: the new queries must attend to "
-            "every cached position (the keys and values of all earlier chunks), not only to "
-            "the new chunk."
+            "The first chunk is right but later ones are not, so the problem is in how later "
+            "chunks use the cache: their queries must attend to every cached position, in "
+            "order, and to the new tokens up to their own."
         )
     if not ok[0] and inputs["chunks"][0] > 1:
         hints.append(
-            f"Even the first chunk ({inputs['chunks'][0]} tokens) is wrong: within a chunk, "
-            "token i may attend to the cached positions and to the new tokens up to itself."
+            f"Even the first chunk ({inputs['chunks'][0]} tokens, decoded with an empty cache) "
+            "is wrong: check that the cached keys and values come from W_k and W_v, and that "
+            "within a chunk token i attends only to positions up to its own."
         )
     if "cache_k" in expected and "cache_k" not in got:
         hints.append(
