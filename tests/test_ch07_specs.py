@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from attention_learner.cases import get_case
+from attention_learner.spec import to_numpy
 from grader.checks import check
 from grader.exercises.ch07 import EXERCISES
 from grader.reference import CachedSelfAttention, KVCache, online_softmax_attention
@@ -86,3 +88,13 @@ def test_nan_outputs_get_the_overflow_hint():
 
     with pytest.raises(AssertionError, match="exp overflows"):
         check("online_softmax_attention", overflowing, seed=10, n_k=9, block_size=2, logit_scale=1000.0)
+
+
+def test_every_raw_output_is_an_array_of_at_least_one_axis():
+    """The grader's reports carry no 0-d arrays: every output a case sends has an axis."""
+    for name, seed, params in notebook_checks(ASSIGNMENT):
+        case = get_case(name)
+        inputs = case.make_inputs(np.random.default_rng(seed), **params)
+        outputs = case.call(REFERENCE[name], inputs)
+        for key, value in outputs.items():
+            assert to_numpy(value).ndim >= 1, f"{name} (seed {seed}) sends {key} as a 0-d array"
