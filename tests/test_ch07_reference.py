@@ -137,7 +137,7 @@ def _layer_pair(d_model: int, h: int, seed: int):
     return cached, full
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     st.integers(1, 3),
     st.integers(1, 3),
