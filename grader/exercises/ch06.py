@@ -61,7 +61,8 @@ def _pe_bug(**kw: Any):
 # bug that breaks that (one frequency per column); the comparison test names them all.
 
 PE_BUGS = {
-    "sin and cos swapped (even columns take the sine, odd columns the cosine)": _pe_bug(order="swapped"),
+    "sin and cos swapped (the sine belongs in the even columns 2i, the cosine in the odd "
+    "columns 2i + 1)": _pe_bug(order="swapped"),
     "the sines and cosines concatenated ([sin | cos]) instead of interleaved (sin in column 2i, "
     "cos in column 2i + 1)": _pe_bug(order="concatenated"),
     "a frequency exponent of i / d_model instead of 2i / d_model (i counts the pairs; the "
