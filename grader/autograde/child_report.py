@@ -59,8 +59,9 @@ def encode_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
     """Arrays as JSON: float64 or bool, little-endian, raw bytes in base64."""
     encoded = {}
     for key, value in arrays.items():
-        array = np.ascontiguousarray(value)
+        array = np.asarray(value)
         array = array.astype(np.bool_ if array.dtype.kind == "b" else "<f8", copy=False)
+        array = np.ascontiguousarray(array).reshape(array.shape)  # a 0-d array stays 0-d
         encoded[str(key)] = {"dtype": array.dtype.str, "shape": list(array.shape),
                              "data": base64.b64encode(array.tobytes()).decode("ascii")}
     return encoded
