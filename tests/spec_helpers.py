@@ -8,6 +8,7 @@ from typing import Any
 import nbformat
 import numpy as np
 
+from attention_learner.spec import to_numpy
 from grader.checks import judge
 from grader.paths import ROOT
 
@@ -38,7 +39,7 @@ def assert_bugs_caught(assignment: str, exercises: list) -> None:
                 inputs = spec.make_inputs(np.random.default_rng(seed), **params)
                 try:
                     with np.errstate(all="ignore"):
-                        got = {k: np.asarray(v, dtype=np.float64) for k, v in bug(inputs).items()}
+                        got = {k: to_numpy(v) for k, v in bug(inputs).items()}
                 except Exception:
                     continue
                 if got and description in judge(spec, params, inputs, got):
