@@ -36,6 +36,15 @@ pytestmark = pytest.mark.ch06
 
 REFERENCE = {"positional_encoding": positional_encoding, "greedy_decode": greedy_decode}
 
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: on a busy 2-core machine one thread is several times faster."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 # ---------------------------------------------------------------- positional encoding
 
 
@@ -252,6 +261,7 @@ def test_gru_translator_ignores_source_padding_and_reads_left_to_right(attention
         assert float(w[0, :, 3:].abs().max()) == 0.0
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_and_lowers_the_loss():
     sv, tv = source_vocab(), target_vocab()
     pairs = make_pairs(64, seed=4, clauses=(1,))
