@@ -80,19 +80,3 @@ class Exercise:
         """The verdict on a learner's raw outputs ``got``: "" when they pass, else the message."""
         return explain(self.case, params, inputs, got, self.expected(inputs), self.bug_outputs(inputs))
 
-
-def legacy_exercise(
-    *,
-    name: str,
-    make_inputs: Callable[..., Inputs],
-    call: Callable[[Any, Inputs], dict[str, Any]],
-    reference: Callable[[Inputs], dict[str, Any]],
-    bugs: Mapping[str, Callable[[Inputs], dict[str, Any]]] | None = None,
-    hints: Callable[[Inputs, Arrays, Arrays], list[str]] | None = None,
-    describe: Callable[[dict[str, Any]], str] | None = None,
-    atol: float = 1e-6,
-    rtol: float = 1e-5,
-) -> Exercise:
-    """An exercise written in the old one-module layout (until its chapter is split)."""
-    case = Case(name, make_inputs, call, describe=describe, hints=hints, atol=atol, rtol=rtol)
-    return Exercise(case, reference, dict(bugs or {}))

@@ -21,4 +21,6 @@ ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
     "03_scaled_dot_product": _BASE + _TORCH,
     "04_multi_head": _BASE + _TORCH + ("attention_learner.blocks",),
     "05_transformer_attention": _BASE + _TORCH + ("attention_learner.blocks",),
+    "06_tiny_translator": _BASE + _TORCH,
+    "07_attention_at_scale": _BASE + _TORCH + ("tracemalloc",),
 }
