@@ -71,24 +71,26 @@ clone.querySelectorAll(
 const text = clone.textContent;
 
 // Elements sticking out of the viewport on the right, not inside a scroll container.
-function scrolls(el) {
+function scrolls(el) {  // a box the reader can scroll sideways (clipping hides content)
   const style = getComputedStyle(el);
-  return ["auto", "scroll", "hidden", "clip"].includes(style.overflowX);
+  return ["auto", "scroll"].includes(style.overflowX);
 }
 const overflowing = [];
 for (const el of document.body.querySelectorAll("*")) {
   const rect = el.getBoundingClientRect();
   if (rect.width === 0 || rect.height === 0 || rect.right <= vw + 1) continue;
   if (getComputedStyle(el).visibility === "hidden") continue;  // e.g. a closed side drawer
+  if (el.closest("mjx-assistive-mml")) continue;  // MathJax's visually hidden copy for readers
   let contained = false;
   for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
     if (scrolls(a)) { contained = true; break; }
   }
   if (contained) continue;
-  const parent = el.parentElement;
-  if (parent && overflowing.some((o) => o.node === parent)) continue;  // report the outermost
-  overflowing.push({node: el, what: el.tagName.toLowerCase() + "." + [...el.classList].join("."),
-                    right: Math.round(rect.right)});
+  if (overflowing.some((o) => o.node.contains(el))) continue;  // report the outermost only
+  const math = el.closest("mjx-container");
+  const what = math ? "math " + JSON.stringify(math.textContent.slice(0, 60))
+                    : el.tagName.toLowerCase() + "." + [...el.classList].join(".");
+  overflowing.push({node: el, what: what, right: Math.round(rect.right)});
 }
 
 // Display equations wider than the box that holds them.
