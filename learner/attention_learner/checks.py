@@ -93,10 +93,11 @@ def judge_here(case: Case, seed: int, params: dict[str, Any], inputs: Inputs, go
     judge = instructor_judge()
     if judge is not None:
         return judge(case.name, dict(params), inputs, got)
+    call = ", ".join([repr(case.name), f"seed={seed}"] + [f"{k}={v!r}" for k, v in params.items()])
     raise NoExpectedValues(
-        f"check({case.name!r}, seed={seed}, {', '.join(f'{k}={v!r}' for k, v in params.items())}) "
-        "is not one of the visible test cases, so attention_learner has no expected values for "
-        "it: only the grader can judge it. The visible checks of the notebook work as they are."
+        f"check({call}) is not one of the visible test cases, so attention_learner has no "
+        "expected values for it: only the grader can judge it. The visible checks of the "
+        "notebook work as they are."
     )
 
 
