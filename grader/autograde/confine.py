@@ -185,20 +185,8 @@ def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
     """
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks back out
     _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for path in view.readonly:
-        _bind(path, new_root + path, readonly=True)
-    for name in ("bin", "sbin", "lib", "lib64", "lib32"):  # usr-merged systems: symlinks
-        if os.path.islink("/" + name) and not os.path.lexists(f"{new_root}/{name}"):
-            os.symlink(os.readlink("/" + name), f"{new_root}/{name}")
-    for path in view.hidden:  # a secret inside a mounted folder (OUT inside a venv, ...)
-        inside = new_root + path
-        if any(_within(path, r) and path != r for r in view.readonly) and os.path.lexists(inside):
-            _cover(inside)
-    # The job's home is a size-limited tmpfs holding a copy of the job folder's files: the
-    # child's writes cannot fill the grader's disk, and the job folder itself stays as given.
-    _ensure_dir(new_root + HOME)
-    _mount("tmpfs", new_root + HOME, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=0755")
-    shutil.copytree(home, new_root + HOME, symlinks=True, dirs_exist_ok=True)
+    # The writable places first, so that read-only folders below them (a venv under /tmp,
+    # say) are mounted on top of them and not hidden by them.
     _ensure_dir(new_root + "/tmp")
     _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
     _ensure_dir(new_root + "/dev")
@@ -212,6 +200,20 @@ def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
         os.symlink(target, f"{new_root}/dev/{name}")
     _ensure_dir(new_root + "/proc")
     _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # The job's home is a size-limited tmpfs holding a copy of the job folder's files: the
+    # child's writes cannot fill the grader's disk, and the job folder itself stays as given.
+    _ensure_dir(new_root + HOME)
+    _mount("tmpfs", new_root + HOME, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=0755")
+    shutil.copytree(home, new_root + HOME, symlinks=True, dirs_exist_ok=True)
+    for path in view.readonly:
+        _bind(path, new_root + path, readonly=True)
+    for name in ("bin", "sbin", "lib", "lib64", "lib32"):  # usr-merged systems: symlinks
+        if os.path.islink("/" + name) and not os.path.lexists(f"{new_root}/{name}"):
+            os.symlink(os.readlink("/" + name), f"{new_root}/{name}")
+    for path in view.hidden:  # a secret inside a mounted folder (OUT inside a venv, ...)
+        inside = new_root + path
+        if any(_within(path, r) and path != r for r in view.readonly) and os.path.lexists(inside):
+            _cover(inside)
     old = new_root + "/.old_root"
     _ensure_dir(old)
     if _SYS_PIVOT_ROOT is None:
