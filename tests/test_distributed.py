@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03,
 A = "03_scaled_dot_product"
 FULL = 10.0
 JACOBIAN = "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n"
-TIMEOUT = "12"  # seconds per notebook: the infinite loop costs this much, twice
+TIMEOUT = "8"  # seconds per notebook: the infinite loop costs this much, twice
 
 
 def _solved() -> nbformat.NotebookNode:
