@@ -65,6 +65,9 @@ def temporary_course(source_dir: Path, db_url: str | None = None) -> Iterator[Nb
         config = Config()
         config.CourseDirectory.root = str(root)
         config.CourseDirectory.db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+        # the course nbgrader's Gradebook() creates; the default '' has no course row, which
+        # SQLite lets pass and PostgreSQL refuses (assignment_course_id_fkey)
+        config.CourseDirectory.course_id = "default_course"
         config.Application.log_level = logging.ERROR
         coursedir = CourseDirectory(config=config)
         yield NbGraderAPI(coursedir=coursedir, config=config)
