@@ -118,9 +118,12 @@ def _current_address_space() -> int:
 
 def _learner_environment(home: str) -> dict[str, str]:
     """The child's whole environment: nothing of the grader's (no URLs, no tokens)."""
-    return {"HOME": home, "PATH": os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin",
-            "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
-            "NBGRADER_EXECUTION": "autograde", "TMPDIR": "/tmp", "MPLCONFIGDIR": "/tmp"}
+    return {
+        "HOME": home, "IPYTHONDIR": os.path.join(home, ".ipython"), "TMPDIR": "/tmp",
+        "PATH": os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+        "NBGRADER_EXECUTION": "autograde", "MPLCONFIGDIR": "/tmp",
+    }
 
 
 def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.View | None) -> None:
@@ -139,7 +142,7 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.Vi
                 for base, dirs, files in os.walk(home):
                     for name in (base, *(os.path.join(base, n) for n in dirs + files)):
                         os.lchown(name, confine.NOBODY, confine.NOBODY)
-        else:
+        else:  # HOME is the private job folder: no IPython profile lands beside a notebook
             home = str(folder / "home") if (folder / "home").is_dir() else os.getcwd()
         confine.set_limits(_limits(job.limits, isolation))
         if isolation is Isolation.NAMESPACES:
@@ -148,7 +151,7 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.Vi
             confine._prctl(confine.PR_SET_NO_NEW_PRIVS, 1)
         os.chdir(home)
         os.environ.clear()
-        os.environ.update(_learner_environment(home))
+        os.environ.update(_learner_environment(home if isolation is Isolation.NAMESPACES else str(folder)))
         from grader.autograde.execution import CellJob, execute_cells
 
         status = 70
