@@ -202,6 +202,8 @@ def _set_width(driver, width: int) -> None:
 
 
 def _screenshot(driver, path: Path, width: int) -> None:
+    white = {"color": {"r": 255, "g": 255, "b": 255, "a": 1}}  # not black below short pages
+    driver.execute_cdp_cmd("Emulation.setDefaultBackgroundColorOverride", white)
     height = driver.execute_script("return document.documentElement.scrollHeight")
     shot = driver.execute_cdp_cmd(
         "Page.captureScreenshot",
