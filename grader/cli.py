@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--out", type=Path, required=True, help="where results go")
     grade.add_argument("--workers", type=_positive(int), default=None,
                        help="notebooks run at once (default: the CPU count; with --scheduler, "
-                            "twice the cluster's worker threads)")
+                            "the cluster's worker threads)")
     grade.add_argument("--timeout", type=_positive(float), default=60.0,
                        help="wall-clock seconds per submission (default 60)")
     grade.add_argument("--source", type=Path, default=SOLUTIONS,
@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                 from grader.autograde.distributed import DaskExecutor
 
                 server = DaskExecutor(args.scheduler, grading_config(isolation, secrets))
-                workers = workers or 2 * server.slots()
+                # one notebook per worker thread: none waits in a worker's own queue, where
+                # a poison notebook that kills the worker would take it down with it
+                workers = workers or server.slots()
             except (ImportError, OSError, ValueError) as exc:
                 print(f"error: cannot use the Dask scheduler {args.scheduler}: {exc}", file=sys.stderr)
                 import shutil

@@ -291,6 +291,6 @@ def test_pack_round_trip_and_refused_names(tmp_path):
     assert unpacked.limits == Limits(timeout=7.0) and unpacked.record is False and unpacked.id == "j1"
     assert (tmp_path / "worker" / "j1" / "job.json").read_bytes() == (folder / "job.json").read_bytes()
     assert (tmp_path / "worker" / "j1" / "home" / "data" / "table.csv").read_bytes() == b"a,b\n1,2\n"
-    for bad in ("../escape", "/etc/cron.d/x", "a/../../b"):
+    for k, bad in enumerate(("../escape", "/etc/cron.d/x", "a/../../b")):
         with pytest.raises(ValueError):
-            unpack_job({**packed, "files": {bad: b"x"}}, tmp_path / "worker" / f"bad{len(bad)}")
+            unpack_job({**packed, "files": {bad: b"x"}}, tmp_path / "worker" / f"bad{k}")

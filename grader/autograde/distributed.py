@@ -282,10 +282,11 @@ def _worker_address() -> str:
 def cluster_settings() -> dict[str, Any]:
     """Dask settings for a cluster this process starts (a LocalCluster's scheduler runs here).
 
-    A task is retried once after its worker died, then fails with KilledWorker. A worker gets
-    one task at a time (saturation 1.0: nothing waits in a worker's own queue), so when a
-    poison notebook kills its worker, no innocent notebook queued there is counted as a
-    suspect with it.
+    A task is retried once after its worker died, then fails with KilledWorker. Every task
+    that waits in a dying worker's own queue counts as a suspect too, so an innocent notebook
+    queued twice behind a poison one would be recorded as crashed: the command keeps one
+    notebook per worker thread in flight (``--workers``' default with ``--scheduler``), and
+    saturation 1.0 keeps the scheduler from filling workers' queues when it queues tasks.
     """
     return {"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
             "distributed.scheduler.worker-saturation": 1.0}
