@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         else:  # start the server first: its imports overlap with ours below
             server = ForkServer(grading_config(isolation, secrets))
         from grader.autograde.pipeline import GradeOptions, SourceError, autograde
+        from grader.nbgrader_course import NbgraderError
 
         options = GradeOptions(db_url=args.db, workers=workers or os.cpu_count() or 1,
                                timeout=args.timeout, progress=not args.quiet)
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: the grading sandbox cannot start here: {exc}\n"
                   "rerun with --accept-weak-isolation to grade without confinement", file=sys.stderr)
             return 2
-        except SourceError as exc:
+        except (SourceError, NbgraderError) as exc:  # the source itself cannot be graded against
             print(f"error: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
