@@ -38,7 +38,8 @@ class Case:
 
     name:        the contract name (the solution cell's grade_id), with ``__aspect`` if any.
     make_inputs: (rng, **params) -> inputs; deterministic given the generator's seed.
-    call:        (learner object, inputs) -> the learner's RAW outputs; never a verdict.
+    call:        (learner object, inputs) -> the learner's RAW outputs, never a verdict; the
+                 case returns them as NumPy arrays (bool stays bool, the rest float64).
     describe:    complete params (builder defaults filled in) -> the case in words.
     hints:       (inputs, expected, got) -> extra sentences for a failure message.
     derive:      (inputs, raw outputs) -> what is compared with the expected values, for
@@ -50,13 +51,22 @@ class Case:
 
     name: str
     make_inputs: Callable[..., Inputs]
-    call: Callable[[Any, Inputs], dict[str, Any]]
+    call: Callable[[Any, Inputs], Arrays]
     describe: Callable[[dict[str, Any]], str] | None = None
     hints: Callable[[Inputs, Arrays, Arrays], list[str]] | None = None
     derive: Callable[[Inputs, Arrays], Arrays] | None = None
     labels: dict[str, str] = field(default_factory=dict)
     atol: float = 1e-6
     rtol: float = 1e-5
+
+    def __post_init__(self) -> None:
+        adapter = self.call
+
+        def call(learner: Any, inputs: Inputs) -> Arrays:
+            return {k: to_numpy(v) for k, v in adapter(learner, inputs).items()}
+
+        call.__doc__ = adapter.__doc__
+        object.__setattr__(self, "call", call)  # every output as a NumPy array, whoever calls
 
     @property
     def function(self) -> str:
