@@ -100,3 +100,25 @@ def built_book(tmp_path_factory) -> Path:
     assert (html_dir / "index.html").exists(), f"no index.html in {html_dir}"
     print(f"book built in {elapsed:.1f} s")
     return html_dir
+
+
+# ---------------------------------------------------------------- Hypothesis profiles
+
+
+def _load_hypothesis_profile() -> None:
+    """One Hypothesis profile for every property test, instead of settings repeated per test.
+
+    ``course`` (the default): no deadline (a 2-core machine shared with other work makes
+    timings meaningless), 50 examples a test, and a reproduction blob printed with a failure.
+    ``thorough``: ten times the examples, for a run before a release or after a change to a
+    reference. Pick one with ``HYPOTHESIS_PROFILE=thorough pytest ...``. Tests whose examples
+    are expensive ask for fewer with ``tests.strategies.examples(n)``, which scales with it.
+    """
+    from hypothesis import settings
+
+    settings.register_profile("course", deadline=None, max_examples=50, print_blob=True)
+    settings.register_profile("thorough", parent=settings.get_profile("course"), max_examples=500)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
+
+
+_load_hypothesis_profile()
