@@ -31,6 +31,7 @@ from grader.reference.translator import (
     translate,
 )
 from tests.spec_helpers import assert_bugs_caught, notebook_checks
+from tests.strategies import examples
 
 pytestmark = pytest.mark.ch06
 
@@ -79,7 +80,6 @@ def _rotation(k: int, d_model: int) -> np.ndarray:
     return R
 
 
-@settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 80), half=st.integers(1, 24))
 def test_entries_are_bounded_and_pairs_lie_on_unit_circles(n, half):
     pe = positional_encoding(n, 2 * half)
@@ -87,7 +87,6 @@ def test_entries_are_bounded_and_pairs_lie_on_unit_circles(n, half):
     np.testing.assert_allclose(pe[:, 0::2] ** 2 + pe[:, 1::2] ** 2, 1.0, atol=1e-12)
 
 
-@settings(max_examples=30, deadline=None)
 @given(p=st.integers(0, 200), k=st.integers(0, 60), half=st.integers(1, 16))
 def test_a_shift_is_a_rotation_that_does_not_depend_on_the_position(p, k, half):
     d = 2 * half
@@ -95,7 +94,6 @@ def test_a_shift_is_a_rotation_that_does_not_depend_on_the_position(p, k, half):
     np.testing.assert_allclose(pe[p + k], pe[p] @ _rotation(k, d), atol=1e-9)
 
 
-@settings(max_examples=30, deadline=None)
 @given(k=st.integers(0, 30), half=st.integers(1, 16))
 def test_dot_products_depend_on_the_offset_only(k, half):
     d = 2 * half
@@ -128,7 +126,10 @@ def _padded(rows: list[list[int]], eos: int) -> list[list[int]]:
     return [r + [eos] * (T - len(r)) for r in rows]
 
 
-@settings(max_examples=25, deadline=None)
+# The toy model's weights and sources come from the exercise's own case builder, from a seed, on
+# purpose: it is the model the notebook's checks use. Each example decodes every sentence alone
+# as well as together, so this test asks for fewer examples than the profile's.
+@settings(max_examples=examples(25))
 @given(
     seed=st.integers(0, 10**6),
     stops=st.lists(st.one_of(st.none(), st.integers(0, 7)), min_size=1, max_size=5),
