@@ -62,6 +62,59 @@ def _bug_large_negative_fill(inputs: dict[str, Any]) -> Arrays:
     return _weights_to_outputs(inputs, softmax(scores, axis=-1))
 
 
+def _masked_exp_softmax(inputs: dict[str, Any], row_max: np.ndarray) -> Arrays:
+    """exp(scores - row_max) with masked entries dropped, normalised, NaN rows set to 0: what
+    a learner gets who subtracts the wrong maximum and patches fully masked rows."""
+    scores = _scores(inputs)
+    e = np.exp(scores - row_max)  # (..., n_q, n_k)
+    if inputs["mask"] is not None:
+        e = np.where(inputs["mask"], e, 0.0)
+    with np.errstate(all="ignore"):
+        weights = np.nan_to_num(e / e.sum(axis=-1, keepdims=True), nan=0.0, posinf=0.0)
+    return _weights_to_outputs(inputs, weights)
+
+
+def _max_before_masking(inputs: dict[str, Any]) -> tuple[Arrays, bool]:
+    """That bug's outputs, and whether masking after the softmax gives the same outputs."""
+    outputs = _masked_exp_softmax(inputs, _scores(inputs).max(axis=-1, keepdims=True))
+    after = _bug_mask_after_softmax(inputs)
+    same = all(np.allclose(outputs[k], after[k], atol=1e-9) for k in outputs)
+    return outputs, same
+
+
+def _bug_max_before_masking(inputs: dict[str, Any]) -> Arrays:
+    if inputs["mask"] is None:
+        return {}
+    outputs, same = _max_before_masking(inputs)
+    return {} if same else outputs
+
+
+def _bug_max_before_masking_or_mask_after(inputs: dict[str, Any]) -> Arrays:
+    if inputs["mask"] is None:
+        return {}
+    outputs, same = _max_before_masking(inputs)
+    return outputs if same else {}
+
+
+def _bug_one_max_for_everything(inputs: dict[str, Any]) -> Arrays:
+    scores = _scores(inputs)
+    if inputs["mask"] is not None:
+        scores = np.where(inputs["mask"], scores, -np.inf)
+    return _masked_exp_softmax(inputs, np.max(scores))
+
+
+def _bug_finite_fill_rows_zeroed(inputs: dict[str, Any]) -> Arrays:
+    if inputs["mask"] is None:
+        return {}
+    scores = np.where(inputs["mask"], _scores(inputs), -1e9)
+    has_key = np.broadcast_to(inputs["mask"], scores.shape).any(axis=-1, keepdims=True)
+    outputs = _weights_to_outputs(inputs, softmax(scores, axis=-1) * has_key)
+    right = _attention(inputs)
+    if all(np.allclose(outputs[k], right[k], atol=1e-9) for k in outputs):
+        return {}  # scores above the fill: the bug does not show on these inputs
+    return outputs
+
+
 def _bug_softmax_over_queries(inputs: dict[str, Any]) -> Arrays:
     scores = _scores(inputs)
     if inputs["mask"] is not None:
@@ -80,12 +133,23 @@ ATTENTION_BUGS = {
     "the softmax was taken over the wrong axis (over queries; each query's weights must sum "
     "to 1 over the keys, the last axis)": _bug_softmax_over_queries,
     "the mask is inverted (True must mean 'may attend')": _bug_inverted_mask,
+    "every visible weight of some query underflowed to 0, because a masked key holds the "
+    "largest score and either the maximum was subtracted before masking or the mask was "
+    "applied after the softmax; mask the scores with -inf first, then subtract each row's "
+    "maximum": _bug_max_before_masking_or_mask_after,
     "the mask was applied after the softmax (masked weights were zeroed but the others were "
     "not renormalised; mask the scores with -inf before the softmax)": _bug_mask_after_softmax,
-    "fully masked rows got uniform weights (a large negative fill such as -1e9 gives every "
-    "key the same weight there; a query with no visible key must get all-zero weights)": (
-        _bug_large_negative_fill
+    "a finite fill such as -1e9 was used for masked scores: fully masked rows got uniform "
+    "weights (a query with no visible key must get all-zero weights), and real scores below "
+    "the fill lose to masked keys; fill with -inf": _bug_large_negative_fill,
+    "a finite fill such as -1e9 was used for masked scores: real scores below the fill (here "
+    "about -4e9) lose to the masked keys; fill with -inf": _bug_finite_fill_rows_zeroed,
+    "the maximum was subtracted before masking: when a masked key holds the largest score, "
+    "every visible exp() underflows to 0; take each row's maximum over its visible keys": (
+        _bug_max_before_masking
     ),
+    "one maximum was subtracted for the whole array instead of one per query row (keepdims "
+    "and axis=-1): rows on a smaller scale underflow to 0": _bug_one_max_for_everything,
 }
 
 

@@ -40,6 +40,24 @@ BUGS = [
     Bug("scaled_dot_product_attention", "uniform-on-fully-masked-rows",
         _numpy(before="scores = np.where(mask, scores, -1e9)"),
         expect="uniform weights"),
+    Bug("scaled_dot_product_attention", "max-before-masking", '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])
+    scores = scores - scores.max(axis=-1, keepdims=True)  # stable ... before the mask
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = np.exp(scores)
+    weights = np.nan_to_num(weights / weights.sum(axis=-1, keepdims=True))
+    return weights @ V, weights
+''', expect="subtracted before masking"),
+    Bug("scaled_dot_product_attention", "one-max-for-the-batch",
+        _numpy(after="weights = np.nan_to_num(weights)").replace(
+            "scores.max(axis=-1, keepdims=True)", "scores[np.isfinite(scores)].max()"),
+        expect="one maximum was subtracted for the whole array"),
+    Bug("scaled_dot_product_attention", "finite-fill-rows-zeroed",
+        _numpy(before="scores = np.where(mask, scores, -1e9)",
+               after="weights = weights * mask.any(axis=-1, keepdims=True) if mask is not None else weights"),
+        expect="real scores below the fill"),
     Bug("scaled_dot_product_attention", "K-not-transposed-2d-only", '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ K.T / math.sqrt(Q.shape[-1])
@@ -57,6 +75,24 @@ def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
     return weights @ V, weights
 ''', expect="not divided by sqrt(d_k)"),
+    Bug("scaled_dot_product_attention_torch", "finite-fill-rows-zeroed", '''
+def scaled_dot_product_attention_torch(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if mask is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask.any(-1, keepdim=True)
+    return weights @ V, weights
+''', expect="real scores below the fill"),
+    Bug("scaled_dot_product_attention_torch", "max-before-masking", '''
+def scaled_dot_product_attention_torch(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    e = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+    if mask is not None:
+        e = e * mask
+    weights = e / e.sum(dim=-1, keepdim=True).clamp_min(1e-300)  # fully masked rows: 0
+    return weights @ V, weights
+''', expect="subtracted before masking"),
     Bug("scaled_dot_product_attention_torch", "detached-output", '''
 def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     import numpy as np

@@ -23,17 +23,52 @@ def make_attention_inputs(
     batch: tuple[int, ...] | list[int] = (),
     mask: str | None = None,
     logit_scale: float = 1.0,
+    extreme: str | None = None,
 ) -> Inputs:
     """Q, K, V from three independent draws with every axis its own size, a mask, and a fixed
-    upstream gradient G for the backward pass."""
+    upstream gradient G for the backward pass.
+
+    ``extreme`` makes legal but extreme scores (each kind exposes one unstable implementation):
+
+    - "masked_max": every key that no query of its batch item may see gets a score about
+      1e4 above the visible ones (a max taken before masking makes every visible weight 0/0);
+    - "very_negative": every score is about -4e9 (a finite fill such as -1e9 then beats the
+      real scores);
+    - "batch_scales": odd batch items have queries 1000 times larger than even ones (one max
+      over the whole batch underflows the small items to 0/0).
+    """
     batch = tuple(batch)
-    return {
-        "Q": normal(rng, *batch, n_q, d_k, scale=logit_scale),  # (*B, n_q, d_k)
-        "K": normal(rng, *batch, n_k, d_k),  # (*B, n_k, d_k)
-        "V": normal(rng, *batch, n_k, d_v),  # (*B, n_k, d_v)
-        "mask": attention_mask(rng, mask, batch, n_q, n_k),  # bool or None
-        "G": normal(rng, *batch, n_q, d_v),  # (*B, n_q, d_v) upstream gradient
-    }
+    Q = normal(rng, *batch, n_q, d_k, scale=logit_scale)  # (*B, n_q, d_k)
+    K = normal(rng, *batch, n_k, d_k)  # (*B, n_k, d_k)
+    V = normal(rng, *batch, n_k, d_v)  # (*B, n_k, d_v)
+    mask_array = attention_mask(rng, mask, batch, n_q, n_k)  # bool or None
+    G = normal(rng, *batch, n_q, d_v)  # (*B, n_q, d_v) upstream gradient
+    root = np.sqrt(d_k)
+    if extreme == "masked_max":
+        if mask_array is None:
+            raise ValueError("extreme='masked_max' needs a mask")
+        hidden = ~np.broadcast_to(mask_array, (*batch, n_q, n_k)).any(axis=-2)  # (*B, n_k)
+        Q[..., 0] = np.abs(Q[..., 0]) + 1.0  # every query leans along feature 0
+        K[..., 0] = np.where(hidden, 1e4 * root, K[..., 0])  # hidden keys score >= 1e4
+    elif extreme == "very_negative":
+        Q[..., 0] = -4e9 * root  # score = -4e9 + (the other features' dot product) / sqrt(d_k)
+        K[..., 0] = 1.0
+    elif extreme == "batch_scales":
+        if not batch:
+            raise ValueError("extreme='batch_scales' needs a batch")
+        factors = np.where(np.arange(batch[0]) % 2 == 1, 1000.0, 1.0)  # (B0,)
+        Q = Q * factors.reshape(-1, *([1] * (Q.ndim - 1)))
+    elif extreme is not None:
+        raise ValueError(f"unknown extreme kind {extreme!r}")
+    return {"Q": Q, "K": K, "V": V, "mask": mask_array, "G": G}
+
+
+EXTREMES = {
+    None: "",
+    "masked_max": ", every fully hidden key holding a score about 1e4 above the visible ones",
+    "very_negative": ", every score about -4e9 (legal, just very negative)",
+    "batch_scales": ", odd batch items' queries 1000 times larger than even ones'",
+}
 
 
 def describe_attention(p: dict[str, Any]) -> str:
@@ -44,17 +79,26 @@ def describe_attention(p: dict[str, Any]) -> str:
     )
     if p["logit_scale"] != 1.0:
         text += f", queries scaled by {p['logit_scale']:g}"
-    return text
+    return text + EXTREMES[p["extreme"]]
 
 
 def attention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
-    """Extra sentences: NaN on fully masked rows, rows that do not sum to 1."""
+    """Extra sentences: NaN on fully masked rows, underflowed rows, rows that do not sum to 1."""
     hints = []
     mask = inputs.get("mask")
     weights = got.get("weights")
-    if mask is None or weights is None or weights.shape != expected["weights"].shape:
+    if weights is None or weights.shape != expected["weights"].shape:
         return hints
+    if mask is None:
+        mask = np.ones(weights.shape, dtype=bool)
     empty = ~np.broadcast_to(mask, weights.shape).any(axis=-1)  # (..., n_q)
+    lost = ~empty & (np.isnan(weights).any(axis=-1) | (np.nansum(np.abs(weights), axis=-1) == 0))
+    if lost.any():
+        hints.append(
+            f"{int(lost.sum())} queries that may see some key got NaN or all-zero weights, so "
+            "every exp() of their row underflowed to 0: subtract from each query's scores the "
+            "maximum of that query's own visible scores (after masking, axis=-1, keepdims)."
+        )
     if empty.any() and np.isnan(weights[empty]).any():
         hints.append(
             "Rows whose keys are all masked came out NaN (a softmax of all -inf is 0/0): "
