@@ -35,11 +35,13 @@ def linear_state(rng: np.random.Generator, name: str, d_in: int, d_out: int) -> 
     }
 
 
-def mha_state(rng: np.random.Generator, d_model: int, prefix: str = "") -> State:
-    """Explicit weights for a MultiHeadAttention whose parameters are named ``prefix + W_q ...``."""
+def mha_state(rng: np.random.Generator, d_model: int, prefix: str = "", bias: bool = True) -> State:
+    """Explicit weights for a MultiHeadAttention whose parameters are named ``prefix + W_q ...``
+    (without the biases when ``bias`` is False)."""
     state: State = {}
     for name in ("W_q", "W_k", "W_v", "W_o"):
-        state.update(linear_state(rng, prefix + name, d_model, d_model))
+        linear = linear_state(rng, prefix + name, d_model, d_model)
+        state.update({k: v for k, v in linear.items() if bias or not k.endswith(".bias")})
     return state
 
 
@@ -60,9 +62,11 @@ def load_weights(module: nn.Module, state: State, contract: str) -> None:
             params[name].copy_(torch.from_numpy(value))
 
 
-def build_module(cls: Any, args: Sequence[int], state: State, contract: str) -> nn.Module:
-    """``cls(*args)`` in float64 with the explicit weights ``state`` loaded."""
-    module = cls(*args)
+def build_module(
+    cls: Any, args: Sequence[int], state: State, contract: str, **kwargs: Any
+) -> nn.Module:
+    """``cls(*args, **kwargs)`` in float64 with the explicit weights ``state`` loaded."""
+    module = cls(*args, **kwargs)
     if not isinstance(module, nn.Module):
         raise TypeError(f"{cls!r} should be an nn.Module class, it built a {type(module).__name__}")
     module = module.double()
@@ -154,17 +158,22 @@ def make_mha_inputs(
     d_head: int = 4,
     mask: str | None = None,
     logit_scale: float = 1.0,
+    bias: bool = True,
 ) -> dict[str, Any]:
-    """Query, key and value from three independent draws; keys and values are n_k long."""
+    """Query, key and value from three independent draws; keys and values are n_k long.
+
+    ``bias=False`` builds the module as ``cls(d_model, num_heads, bias=False)``.
+    """
     d_model = num_heads * d_head
     return {
         "query": normal(rng, batch, n_q, d_model, scale=logit_scale),  # (B, n_q, d_model)
         "key": normal(rng, batch, n_k, d_model),  # (B, n_k, d_model)
         "value": normal(rng, batch, n_k, d_model),  # (B, n_k, d_model)
         "mask": mha_mask(rng, mask, batch, num_heads, n_q, n_k),
-        "state": mha_state(rng, d_model),
+        "state": mha_state(rng, d_model, bias=bias),
         "num_heads": num_heads,
         "G": normal(rng, batch, n_q, d_model),  # upstream gradient
+        "bias": bias,
     }
 
 
@@ -177,6 +186,8 @@ def describe_mha(params: dict[str, Any]) -> str:
     )
     if params["logit_scale"] != 1.0:
         text += f", queries scaled by {params['logit_scale']:g}"
+    if not params["bias"]:
+        text += ", built with bias=False"
     return text
 
 
@@ -185,7 +196,19 @@ def _d_model(inputs: dict[str, Any]) -> int:
 
 
 def build_mha(cls: Any, inputs: dict[str, Any]) -> nn.Module:
-    return build_module(cls, (_d_model(inputs), inputs["num_heads"]), inputs["state"], MHA_CONTRACT)
+    """The module ``cls(d_model, num_heads)`` (``bias=False`` passed when the case says so)."""
+    args = (_d_model(inputs), inputs["num_heads"])
+    if inputs.get("bias", True):
+        return build_module(cls, args, inputs["state"], MHA_CONTRACT)
+    return build_module(cls, args, inputs["state"], MHA_CONTRACT, bias=False)
+
+
+def projection_biases(module: nn.Module) -> int:
+    """How many of W_q, W_k, W_v, W_o hold a bias vector (0 for bias=False, else 4)."""
+    return sum(
+        isinstance(getattr(getattr(module, name, None), "bias", None), torch.Tensor)
+        for name in ("W_q", "W_k", "W_v", "W_o")
+    )
 
 
 def size_mismatch_note(exc: RuntimeError, lengths: str, cause: str) -> RuntimeError:
@@ -208,7 +231,14 @@ def call_mha(cls: Any, inputs: dict[str, Any]) -> Arrays:
         ) from exc
     out, weights = unpack(result, ("output", "weights"), "MultiHeadAttention.forward")
     grads = backward(out, inputs["G"], tensors, "MultiHeadAttention.forward")
-    return {"output": out, "weights": weights, **grads}
+    biases = np.array(float(projection_biases(module)))  # () the number of bias vectors
+    return {"output": out, "weights": weights, **grads, "biases": biases}
+
+
+MHA_LABELS = {
+    "biases": "the number of bias vectors among W_q, W_k, W_v, W_o (bias=False must build "
+    "every projection as nn.Linear(d_model, d_model, bias=False); bias=True keeps all four)",
+}
 
 
 def mha_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
@@ -217,6 +247,10 @@ def mha_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str
     B, h, n_q, n_k = expected["weights"].shape
     if weights is not None and weights.shape == (B, n_q, n_k):
         hints.append("Return the weights of every head, shape (B, h, n_q, n_k), not their mean.")
+    hints.append(
+        "MultiHeadAttention runs your split_heads, merge_heads and "
+        "scaled_dot_product_attention_torch: if one of their own tests fails, fix that first."
+    )
     return hints
 
 
@@ -241,6 +275,7 @@ CASES = [
         call=call_mha,
         describe=describe_mha,
         hints=mha_hints,
+        labels=MHA_LABELS,
     ),
     Case(
         name="MultiHeadAttention__torch",
