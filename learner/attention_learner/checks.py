@@ -76,7 +76,8 @@ def run_learner(case: Case, learner: Any, inputs: Inputs) -> tuple[Arrays | None
         except NotImplementedError:
             outputs, error = None, f"{name} is not implemented yet (it raises NotImplementedError)."
         except Exception as exc:  # the learner's code may raise anything
-            outputs, error = None, f"{name} raised {type(exc).__name__}: {exc}"
+            outputs = None
+            error = f"{name} raised {type(exc).__name__}: {exc}\n{input_summary(inputs)}"
         else:
             error = ""
     warned = ""
@@ -127,6 +128,21 @@ def _judge_from_entry_points() -> Judge | None:
 # ---------------------------------------------------------------- messages
 
 
+def input_summary(inputs: Inputs) -> str:
+    """The case's inputs in one line: each array's shape (and dtype if not float64), each
+    number or flag; for a message, so that a failure can be reproduced by hand."""
+    parts = []
+    for key, value in inputs.items():
+        if isinstance(value, np.ndarray):
+            kind = "" if value.dtype == np.float64 else f" {value.dtype}"
+            parts.append(f"{key} {tuple(value.shape)}{kind}")
+        elif value is None or isinstance(value, bool | int | float | str):
+            parts.append(f"{key}={value!r}")
+        elif isinstance(value, dict):
+            parts.append(f"{key}: {len(value)} arrays")
+    return "The case's inputs: " + ", ".join(parts) + "."
+
+
 def explain(
     case: Case,
     params: dict[str, Any],
@@ -146,7 +162,10 @@ def explain(
         try:
             got = case.derive(inputs, got)
         except Exception as exc:  # e.g. outputs of the wrong shape
-            return f"{case.function} is wrong on {case.case_description(params)}: {exc}"
+            return (
+                f"{case.function} is wrong on {case.case_description(params)}: {exc}\n"
+                + input_summary(inputs)
+            )
     problems = [
         p
         for key in expected
@@ -161,6 +180,7 @@ def explain(
         lines.append(f"This looks like {bug}.")
     if case.hints is not None:
         lines += case.hints(inputs, expected, got)
+    lines.append(input_summary(inputs))
     return "\n".join(lines)
 
 
