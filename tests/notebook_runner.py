@@ -34,6 +34,26 @@ def grade_id(cell: NotebookNode) -> str | None:
     return meta.get("grade_id") if meta else None
 
 
+def solved_notebook(assignment: str) -> NotebookNode:
+    """The learner's notebook with every solution cell filled in from the source (no hidden tests)."""
+    learner = learner_notebook(assignment)
+    solved = {grade_id(c): c.source for c in source_notebook(assignment).cells
+              if c.metadata.get("nbgrader", {}).get("solution")}
+    for cell in learner.cells:
+        if grade_id(cell) in solved:
+            cell.source = solved[grade_id(cell)]
+    return learner
+
+
+def with_cell(nb: NotebookNode, cell_id: str, code: str) -> NotebookNode:
+    """A copy of ``nb`` whose cell with grade id ``cell_id`` holds ``code``."""
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if grade_id(cell) == cell_id:
+            cell.source = code
+    return nb
+
+
 def is_test_cell(cell: NotebookNode) -> bool:
     meta = cell.metadata.get("nbgrader")
     return bool(meta and meta.get("grade") and not meta.get("solution"))

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from grader.paths import SOLUTIONS
-from tests.notebook_runner import grade_id, learner_notebook, source_notebook
+from tests.notebook_runner import grade_id, learner_notebook, solved_notebook, source_notebook, with_cell
 
 pytestmark = [pytest.mark.grading, pytest.mark.ch03, pytest.mark.xdist_group("grading")]
 
@@ -26,51 +26,32 @@ FULL = 10.0
 JACOBIAN = "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n"  # correct
 
 
-def _solution_cells_only(nb):
-    """The source with hidden tests stripped, as a learner who solved everything hands it in."""
-    learner = learner_notebook(A)
-    solved = {grade_id(c): c.source for c in source_notebook(A).cells
-              if c.metadata.get("nbgrader", {}).get("solution")}
-    for cell in learner.cells:
-        if grade_id(cell) in solved:
-            cell.source = solved[grade_id(cell)]
-    return learner
-
-
-def _with(nb, exercise: str, code: str):
-    nb = nbformat.from_dict(nb)
-    for cell in nb.cells:
-        if grade_id(cell) == exercise:
-            cell.source = code
-    return nb
-
-
 def _submissions() -> dict[str, object]:
-    solved = _solution_cells_only(None)
+    solved = solved_notebook(A)
     stub = learner_notebook(A)
     subs: dict[str, object] = {
         "correct": solved,
         "stub": stub,
-        "partial": _with(solved, "softmax_jacobian",
+        "partial": with_cell(solved, "softmax_jacobian",
                          "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"),
-        "warns": _with(solved, "scaled_dot_product_attention", solved.cells[
+        "warns": with_cell(solved, "scaled_dot_product_attention", solved.cells[
             [grade_id(c) for c in solved.cells].index("scaled_dot_product_attention")
         ].source.replace("    d_k = Q.shape[-1]",
                          "    import warnings\n    warnings.warn('my own warning')\n"
                          "    d_k = Q.shape[-1]", 1)),
-        "infinite_loop": _with(solved, "softmax_jacobian", "while True:\n    pass\n"),
-        "memory_hog": _with(solved, "softmax_jacobian",
+        "infinite_loop": with_cell(solved, "softmax_jacobian", "while True:\n    pass\n"),
+        "memory_hog": with_cell(solved, "softmax_jacobian",
                             "hog = []\nwhile True:\n    hog.append(bytearray(10**8))\n"),
-        "os_exit": _with(solved, "softmax_jacobian", "import os\nos._exit(3)\n"),
-        "segfault": _with(solved, "softmax_jacobian",
+        "os_exit": with_cell(solved, "softmax_jacobian", "import os\nos._exit(3)\n"),
+        "segfault": with_cell(solved, "softmax_jacobian",
                           "import ctypes\nctypes.string_at(0)\n"),
-        "lingering_child": _with(solved, "softmax_jacobian", (
+        "lingering_child": with_cell(solved, "softmax_jacobian", (
             "import subprocess\nsubprocess.Popen(['sleep', '1000'])\n"
             + JACOBIAN)),
-        "huge_output": _with(solved, "softmax_jacobian", (
+        "huge_output": with_cell(solved, "softmax_jacobian", (
             "print('x' * 5_000_000)\n"
             + JACOBIAN)),
-        "monkeypatch": _with(stub, "softmax_jacobian", (
+        "monkeypatch": with_cell(stub, "softmax_jacobian", (
             "import numpy as np, torch, grader.checks as gc\n"
             "gc.judge = lambda *a, **k: ''\n"
             "gc.check = lambda *a, **k: None\n"
@@ -78,15 +59,15 @@ def _submissions() -> dict[str, object]:
             "np.allclose = lambda *a, **k: True\n"
             "def check_close(*a, **k):\n    return None\n"
             "def softmax_jacobian(p):\n    return np.zeros((len(p), len(p)))\n")),
-        "uses_reference": _with(solved, "softmax_jacobian", (
+        "uses_reference": with_cell(solved, "softmax_jacobian", (
             "from grader.reference import softmax_jacobian\n")),
-        "reads_solutions": _with(solved, "softmax_jacobian", (
+        "reads_solutions": with_cell(solved, "softmax_jacobian", (
             "import glob\nprint(glob.glob('/work/*/solutions/*'))\n"
             + JACOBIAN)),
-        "big_file": _with(solved, "softmax_jacobian", (
+        "big_file": with_cell(solved, "softmax_jacobian", (
             "with open('big.bin', 'wb') as handle:\n"
             "    handle.write(b'0' * (200 * 2**20))\n")),
-        "snoop": _with(solved, "softmax_jacobian", (
+        "snoop": with_cell(solved, "softmax_jacobian", (
             "import os\nprint('CWD', os.getcwd(), sorted(os.listdir('.')))\n"
             + JACOBIAN)),
     }
@@ -101,9 +82,9 @@ def _submissions() -> dict[str, object]:
             cell.cell_type = "markdown"
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
-    edited = _with(solved, "test_softmax_jacobian", "pass\n")
-    emptied = _with(solved, "test_softmax_jacobian", "")
-    stub_edited = _with(stub, "test_softmax_jacobian", "pass\n")
+    edited = with_cell(solved, "test_softmax_jacobian", "pass\n")
+    emptied = with_cell(solved, "test_softmax_jacobian", "")
+    stub_edited = with_cell(stub, "test_softmax_jacobian", "pass\n")
     subs.update(edited_tests=edited, emptied_tests=emptied, deleted_tests=deleted,
                 duplicated_ids=duplicated, retyped_test_cell=retyped, stub_edited_tests=stub_edited)
     return subs
@@ -336,7 +317,7 @@ def test_bad_usage_exits_2(tmp_path):
 
 
 def test_check_command_reports_a_half_done_notebook(tmp_path):
-    nb = _with(learner_notebook(A), "scaled_dot_product_attention", next(
+    nb = with_cell(learner_notebook(A), "scaled_dot_product_attention", next(
         c.source for c in source_notebook(A).cells if grade_id(c) == "scaled_dot_product_attention"))
     path = tmp_path / f"{A}.ipynb"
     nbformat.write(nb, path)
@@ -355,8 +336,8 @@ def test_interrupted_run_keeps_results_and_resumes(tmp_path):
     import time
 
     submitted = tmp_path / "submitted"
-    solved = _solution_cells_only(None)
-    slow = _with(solved, "softmax_jacobian", (
+    solved = solved_notebook(A)
+    slow = with_cell(solved, "softmax_jacobian", (
         "import time\ntime.sleep(3)\n"
         + JACOBIAN))
     for n in range(6):
@@ -389,7 +370,7 @@ def test_interrupted_run_keeps_results_and_resumes(tmp_path):
 def test_gradebook_url_is_honoured(tmp_path):
     submitted = tmp_path / "submitted" / "ann" / A
     submitted.mkdir(parents=True)
-    nbformat.write(_solution_cells_only(None), submitted / f"{A}.ipynb")
+    nbformat.write(solved_notebook(A), submitted / f"{A}.ipynb")
     db = tmp_path / "elsewhere.db"
     run = subprocess.run([sys.executable, "-m", "grader", "autograde", str(tmp_path / "submitted"),
                           "--out", str(tmp_path / "out"), "--db", f"sqlite:///{db}", "--quiet"],

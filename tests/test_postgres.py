@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.notebook_runner import grade_id, learner_notebook, source_notebook
+from tests.notebook_runner import grade_id, learner_notebook, solved_notebook, with_cell
 from tests.pg_server import URL_VARIABLE, PostgresServer, find_bin_dir
 
 try:
@@ -141,25 +141,6 @@ def _cell_source(nb, exercise: str) -> str:
     return next(c.source for c in nb.cells if grade_id(c) == exercise)
 
 
-def _solved():
-    """The learner notebook with every solution cell filled in from the source."""
-    learner = learner_notebook(A)
-    source = source_notebook(A)
-    for cell in learner.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            cell.source = _cell_source(source, grade_id(cell))
-    return learner
-
-
-def _with(nb, exercise: str, code: str):
-    nb = nbformat.from_dict(nb)
-    for cell in nb.cells:
-        if grade_id(cell) == exercise:
-            cell.source = code
-    return nb
-
-
 def _probe(url: str) -> object:
     """A correct submission whose solution cells first try to reach the database.
 
@@ -170,7 +151,7 @@ def _probe(url: str) -> object:
     """
     port = make_url(url).port
     password = make_url(url).password
-    solved = _solved()
+    solved = solved_notebook(A)
     tcp = (
         "import socket\n"
         "try:\n"
@@ -205,16 +186,16 @@ def _probe(url: str) -> object:
         "if _found:\n"
         "    raise RuntimeError(f'the grading child read the database password in {_found}')\n\n"
     )
-    nb = _with(solved, "softmax_jacobian", tcp + _cell_source(solved, "softmax_jacobian"))
-    nb = _with(nb, "scaled_dot_product_attention_torch",
+    nb = with_cell(solved, "softmax_jacobian", tcp + _cell_source(solved, "softmax_jacobian"))
+    nb = with_cell(nb, "scaled_dot_product_attention_torch",
                snoop + _cell_source(solved, "scaled_dot_product_attention_torch"))
-    return _with(nb, "scaled_dot_product_attention",
+    return with_cell(nb, "scaled_dot_product_attention",
                  login + _cell_source(solved, "scaled_dot_product_attention"))
 
 
 def _write_class(submitted: Path, url: str) -> None:
-    solved = _solved()
-    partial = _with(solved, "softmax_jacobian",
+    solved = solved_notebook(A)
+    partial = with_cell(solved, "softmax_jacobian",
                     "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n")
     notebooks = {"correct": solved, "stub": learner_notebook(A), "partial": partial,
                  QUOTED: solved, UNICODE: partial, "net_probe": _probe(url)}

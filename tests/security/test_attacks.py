@@ -27,7 +27,7 @@ import pytest
 
 import grader
 from grader.paths import SOLUTIONS
-from tests.notebook_runner import grade_id, learner_notebook, source_notebook
+from tests.notebook_runner import learner_notebook, solved_notebook, with_cell
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
               pytest.mark.xdist_group("security")]
@@ -40,25 +40,6 @@ MARKER = "4242.4242"  # an argument of `sleep` that only escapee attacks use
 JACOBIAN = "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n"
 
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
-
-
-def _solved() -> nbformat.NotebookNode:
-    """The learner's notebook with every solution filled in (no hidden tests)."""
-    learner = learner_notebook(A)
-    solved = {grade_id(c): c.source for c in source_notebook(A).cells
-              if c.metadata.get("nbgrader", {}).get("solution")}
-    for cell in learner.cells:
-        if grade_id(cell) in solved:
-            cell.source = solved[grade_id(cell)]
-    return learner
-
-
-def _with(nb, exercise: str, code: str) -> nbformat.NotebookNode:
-    nb = nbformat.from_dict(nb)
-    for cell in nb.cells:
-        if grade_id(cell) == exercise:
-            cell.source = code
-    return nb
 
 
 def _probe(body: str) -> str:
@@ -282,11 +263,11 @@ def graded(request):
         "victim_notebook": str(submitted / "correct" / A / f"{A}.ipynb"),
         "victim_results": str(out / "correct" / A / "results.json"),
     }
-    solved, stub = _solved(), learner_notebook(A)
+    solved, stub = solved_notebook(A), learner_notebook(A)
     notebooks = {"correct": solved, "stub": stub}
-    notebooks.update({name: _with(solved, "softmax_jacobian", code)
+    notebooks.update({name: with_cell(solved, "softmax_jacobian", code)
                       for name, code in _attacks(paths, port).items()})
-    notebooks.update({name: _with(stub, "softmax_jacobian", code) for name, code in STUB_ATTACKS.items()})
+    notebooks.update({name: with_cell(stub, "softmax_jacobian", code) for name, code in STUB_ATTACKS.items()})
     for student, nb in notebooks.items():
         (submitted / student / A).mkdir(parents=True)
         nbformat.write(nb, submitted / student / A / f"{A}.ipynb")
@@ -294,7 +275,7 @@ def graded(request):
     (submitted / "linker" / A).mkdir(parents=True)
     os.symlink(submitted / "correct" / A / f"{A}.ipynb", submitted / "linker" / A / f"{A}.ipynb")
     (submitted / "data_linker" / A).mkdir(parents=True)
-    nbformat.write(_with(solved, "softmax_jacobian", _probe("""
+    nbformat.write(with_cell(solved, "softmax_jacobian", _probe("""
         for name in ('secret_link', 'solutions_link'):
             if os.path.lexists(name):
                 leaks.append('found ' + name)
