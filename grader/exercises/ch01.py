@@ -3,13 +3,25 @@ recurrence and the Jacobian norms (the cases are in ``attention_learner.cases.ch
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from grader.exercises import exercise
-from grader.exercises.spec import Arrays
+from grader.exercises.spec import Arrays, Exercise
 from grader.reference.rnn import jacobian_norms, rnn_forward, rnn_step
+
+
+def numpy_exercise(spec: Exercise) -> Exercise:
+    """``spec`` whose reference also states the NumPy conventions its case reports: every
+    output float64, every input array left unmodified."""
+    reference = spec.reference
+
+    def with_conventions(inputs: dict[str, Any]) -> dict[str, Any]:
+        return {**reference(inputs), "float64": np.array(True), "unchanged": np.array(True)}
+
+    return dataclasses.replace(spec, reference=with_conventions)
 
 
 def _sigmoid(a: np.ndarray) -> np.ndarray:
@@ -128,3 +140,4 @@ EXERCISES = [
     exercise("rnn_forward", lambda i: {"H": _forward(i)}, FORWARD_BUGS),
     exercise("jacobian_norms", lambda i: {"norms": jacobian_norms(i["H"], i["W_hh"])}, JACOBIAN_BUGS),
 ]
+EXERCISES = [numpy_exercise(spec) for spec in EXERCISES]

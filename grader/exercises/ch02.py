@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from grader.exercises import exercise
+from grader.exercises.ch01 import numpy_exercise
 from grader.exercises.spec import Arrays
 from grader.reference import softmax
 from grader.reference.qkv import attend, dot_product_attention, dot_scores, project_qkv
@@ -132,3 +133,4 @@ EXERCISES = [
     ),
     exercise("dot_product_attention", _attention_reference, ATTENTION_BUGS),
 ]
+EXERCISES = [numpy_exercise(spec) for spec in EXERCISES]

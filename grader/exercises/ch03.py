@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import torch.nn.functional as F
 
-from attention_learner.cases.ch03 import attention_backward, attention_tensors
+from attention_learner.cases.ch03 import NUMPY_EXERCISES, attention_backward, attention_tensors
 from grader.exercises import exercise
+from grader.exercises.ch01 import numpy_exercise
 from grader.exercises.spec import Arrays
 from grader.reference import scaled_dot_product_attention, softmax, softmax_jacobian
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
@@ -196,4 +197,7 @@ EXERCISES = [
     exercise(
         "softmax_jacobian", lambda inputs: {"jacobian": softmax_jacobian(inputs["p"])}, JACOBIAN_BUGS
     ),
+]
+EXERCISES = [
+    numpy_exercise(spec) if spec.name in NUMPY_EXERCISES else spec for spec in EXERCISES
 ]

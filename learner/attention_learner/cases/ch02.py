@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from attention_learner.cases.ch01 import numpy_case
 from attention_learner.inputs import normal
 from attention_learner.spec import Arrays, Case, unpack
 
@@ -220,3 +221,4 @@ CASES = [
         hints=attention_hints,
     ),
 ]
+CASES = [numpy_case(case) for case in CASES]  # every exercise of this chapter is NumPy
