@@ -25,7 +25,7 @@ import nbformat
 import pytest
 
 from tests.dask_poison import POISON, PoisonPlugin
-from tests.notebook_runner import grade_id, learner_notebook, source_notebook
+from tests.notebook_runner import learner_notebook, solved_notebook, with_cell
 
 distributed = pytest.importorskip("distributed")
 
@@ -36,24 +36,6 @@ A = "03_scaled_dot_product"
 FULL = 10.0
 JACOBIAN = "def softmax_jacobian(p):\n    return np.diag(p) - np.outer(p, p)\n"
 TIMEOUT = "8"  # seconds per notebook: the infinite loop costs this much, twice
-
-
-def _solved() -> nbformat.NotebookNode:
-    learner = learner_notebook(A)
-    solved = {grade_id(c): c.source for c in source_notebook(A).cells
-              if c.metadata.get("nbgrader", {}).get("solution")}
-    for cell in learner.cells:
-        if grade_id(cell) in solved:
-            cell.source = solved[grade_id(cell)]
-    return learner
-
-
-def _with(nb: nbformat.NotebookNode, exercise: str, code: str) -> nbformat.NotebookNode:
-    nb = nbformat.from_dict(nb)
-    for cell in nb.cells:
-        if grade_id(cell) == exercise:
-            cell.source = code
-    return nb
 
 
 def _write(submitted: Path, notebooks: dict[str, nbformat.NotebookNode]) -> None:
@@ -110,21 +92,21 @@ def _scheduler_port(cluster) -> tuple[str, int]:
 def graded(cluster, tmp_path_factory):
     """The same class graded on the cluster and on one machine (the poison only on the cluster)."""
     host, port = _scheduler_port(cluster)
-    solved = _solved()
+    solved = solved_notebook(A)
     probe = (f"import socket\ntry:\n    socket.create_connection(({host!r}, {port}), timeout=3).close()\n"
              "    print('REACHED the scheduler')\nexcept OSError as exc:\n"
              "    print('NO ROUTE', type(exc).__name__)\n" + JACOBIAN)
     common = {
         "correct": solved,
         "stub": learner_notebook(A),
-        "partial": _with(solved, "softmax_jacobian",
+        "partial": with_cell(solved, "softmax_jacobian",
                          "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"),
-        "infinite_loop": _with(solved, "softmax_jacobian", "while True:\n    pass\n"),
-        "crash": _with(solved, "softmax_jacobian", "import os\nos._exit(3)\n"),
-        "net_probe": _with(solved, "softmax_jacobian", probe),
+        "infinite_loop": with_cell(solved, "softmax_jacobian", "while True:\n    pass\n"),
+        "crash": with_cell(solved, "softmax_jacobian", "import os\nos._exit(3)\n"),
+        "net_probe": with_cell(solved, "softmax_jacobian", probe),
     }
     root = tmp_path_factory.mktemp("distributed")
-    _write(root / "submitted", {**common, "poison": _with(solved, "softmax_jacobian",
+    _write(root / "submitted", {**common, "poison": with_cell(solved, "softmax_jacobian",
                                                           f"# {POISON}\n" + JACOBIAN)})
     _write(root / "submitted_local", common)
     runs = {}
@@ -191,7 +173,7 @@ def test_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, tmp_path):
     """SIGKILL a worker process while it runs a notebook: the task runs again elsewhere."""
     client = cluster["client"]
     client.wait_for_workers(2, timeout=120)
-    slow = _with(_solved(), "softmax_jacobian", "import time\ntime.sleep(2)\n" + JACOBIAN)
+    slow = with_cell(solved_notebook(A), "softmax_jacobian", "import time\ntime.sleep(2)\n" + JACOBIAN)
     students = [f"s{n}" for n in range(6)]
     _write(tmp_path / "submitted", dict.fromkeys(students, slow))
     out = tmp_path / "out"
@@ -246,15 +228,12 @@ def test_results_land_in_postgres_that_nbgrader_exports(cluster, tmp_path):
         with psycopg.connect(libpq, autocommit=True) as connection:
             connection.execute(f'CREATE DATABASE "{name}"')
         url = make_url(base).set(database=name).render_as_string(hide_password=False)
-        solved = _solved()
+        solved = solved_notebook(A)
         flipped = "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"
-        _write(tmp_path / "submitted", {"ann": solved, "bob": _with(solved, "softmax_jacobian", flipped)})
+        _write(tmp_path / "submitted", {"ann": solved, "bob": with_cell(solved, "softmax_jacobian", flipped)})
         run = subprocess.run(_command(tmp_path / "submitted", tmp_path / "out", "--scheduler",
                                       cluster["address"], "--db", url),
                              capture_output=True, text=True, timeout=600, env=_env())
-        if run.returncode != 0 and "assignment_course_id_fkey" in run.stderr:
-            pytest.xfail("nbgrader's course_id '' has no course row on PostgreSQL: the known bug "
-                         "tests/test_postgres.py names (KNOWN_COURSE_BUG), not the cluster's")
         assert run.returncode == 0, run.stderr[-4000:]
         assert not (tmp_path / "out" / "gradebook.db").exists()
         course = tmp_path / "course"

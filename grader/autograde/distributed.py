@@ -383,6 +383,9 @@ class DaskExecutor:
             outcome = future.result()
             return self._write(folder, job, outcome["report"], outcome["log"], outcome["exitcode"],
                                bool(outcome["timed_out"]), float(outcome["seconds"]))
+        if future.status == "cancelled":  # the scheduler lost it (restarted, or closed under us)
+            log = "the Dask scheduler cancelled this notebook's task before it ended\n"
+            return self._write(folder, job, b"", log.encode(), 72, False, seconds)
         error = future.exception()
         if isinstance(error, IsolationUnavailable):
             raise error
@@ -415,6 +418,8 @@ class DaskExecutor:
         try:
             if futures:
                 self.client.cancel(futures)
+        except (OSError, RuntimeError):  # the scheduler is gone already: nothing left to cancel
+            pass
         finally:
             if self._own_client:
                 self.client.close()
