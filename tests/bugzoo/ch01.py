@@ -42,6 +42,26 @@ def rnn_step(x_t, h_prev, W_xh, W_hh, b):
 """,
         expect="differs from the expected value",
     ),
+    Bug(
+        exercise="rnn_step",
+        name="float32_output",
+        code="""
+def rnn_step(x_t, h_prev, W_xh, W_hh, b):
+    a = x_t.astype(np.float32) @ W_xh.astype(np.float32) + h_prev.astype(np.float32) @ W_hh.astype(np.float32)
+    return np.tanh(a + b.astype(np.float32))
+""",
+        expect="An output is not float64",
+    ),
+    Bug(
+        exercise="rnn_step",
+        name="updates_h_prev_in_place",
+        code="""
+def rnn_step(x_t, h_prev, W_xh, W_hh, b):
+    h_prev[...] = np.tanh(x_t @ W_xh + h_prev @ W_hh + b)
+    return h_prev
+""",
+        expect="modified one of its input arrays in place",
+    ),
     # ---------------------------------------------------------------- rnn_forward
     Bug(
         exercise="rnn_forward",

@@ -195,4 +195,24 @@ def dot_product_attention(Q, K, V):
 """,
         expect="the last two axes look swapped",
     ),
+    Bug(
+        exercise="softmax",
+        name="max_subtracted_in_place",
+        code="""
+def softmax(z, axis=-1):
+    z -= np.max(z, axis=axis, keepdims=True)
+    np.exp(z, out=z)
+    return z / z.sum(axis=axis, keepdims=True)
+""",
+        expect="modified one of its input arrays in place",
+    ),
+    Bug(
+        exercise="dot_scores",
+        name="float32_scores",
+        code="""
+def dot_scores(q, K):
+    return (K @ q).astype(np.float32)
+""",
+        expect="An output is not float64",
+    ),
 ]

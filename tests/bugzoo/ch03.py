@@ -58,6 +58,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         _numpy(before="scores = np.where(mask, scores, -1e9)",
                after="weights = weights * mask.any(axis=-1, keepdims=True) if mask is not None else weights"),
         expect="real scores below the fill"),
+    Bug("scaled_dot_product_attention", "squeezes-a-batch-of-one",
+        _numpy(after="weights = np.nan_to_num(weights).squeeze()"),
+        expect="has shape"),
     Bug("scaled_dot_product_attention", "K-not-transposed-2d-only", '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ K.T / math.sqrt(Q.shape[-1])
