@@ -24,10 +24,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.dask_poison import POISON, PoisonPlugin
 from tests.notebook_runner import learner_notebook, solved_notebook, with_cell
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("distributed")  # the 'cluster' extra (also in 'test')
+
+from tests.dask_poison import POISON, PoisonPlugin  # noqa: E402  (imports distributed)
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03,
               pytest.mark.xdist_group("distributed")]
