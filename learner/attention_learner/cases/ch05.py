@@ -9,6 +9,7 @@ by whoever judges them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -411,3 +412,21 @@ CASES = [
         derive=derive_memory_padding,
     ),
 ]
+
+
+def upstream_hint(case: Case) -> Case:
+    """``case`` whose failure messages also say, conditionally, which earlier exercises the
+    layer may run: its own hints cannot tell whether the learner's layer calls them."""
+    hints = case.hints
+
+    def all_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
+        own = hints(inputs, expected, got) if hints is not None else []
+        return own + [
+            f"If your {case.function} builds its masks with your causal_mask or padding_mask, "
+            "check that their own tests pass first (MultiHeadAttention here is the given one)."
+        ]
+
+    return dataclasses.replace(case, hints=all_hints)
+
+
+CASES = [upstream_hint(c) if c.function in ("EncoderLayer", "DecoderLayer") else c for c in CASES]
