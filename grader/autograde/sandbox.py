@@ -239,8 +239,12 @@ def _probe(config: ServerConfig, view: confine.View | None, work: Path) -> str:
 
 
 def _emit(event: dict) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
+    """One event line to the parent; if the parent has gone, leave quietly (no traceback)."""
+    try:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os._exit(0)  # the jobs' PID 1s die with their namespaces or their process groups
 
 
 def serve(config: ServerConfig) -> None:
