@@ -239,12 +239,8 @@ def _probe(config: ServerConfig, view: confine.View | None, work: Path) -> str:
 
 
 def _emit(event: dict) -> None:
-    """One event line to the parent; if the parent has gone, leave quietly (no traceback)."""
-    try:
-        sys.stdout.write(json.dumps(event) + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os._exit(0)  # the jobs' PID 1s die with their namespaces or their process groups
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
 
 
 def serve(config: ServerConfig) -> None:
@@ -264,6 +260,16 @@ def serve(config: ServerConfig) -> None:
             return
     _emit({"event": "ready", "isolation": str(config.isolation)})
     children: dict[int, _Child] = {}  # pidfd -> child
+    try:
+        _serve_jobs(config, view, children)
+    except BrokenPipeError:  # the parent has gone: take the children with us, quietly
+        for pidfd, child in children.items():
+            _kill(pidfd, child)
+        os._exit(0)
+
+
+def _serve_jobs(config: ServerConfig, view: confine.View | None, children: dict[int, _Child]) -> None:
+    """The loop: start jobs read on stdin, kill them at their limits, report their ends."""
     buffer = b""
     stdin = sys.stdin.buffer.fileno()
     while True:
