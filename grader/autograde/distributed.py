@@ -43,6 +43,7 @@ from typing import Any
 from grader.autograde.child_report import MAX_REPORT_BYTES
 from grader.autograde.sandbox import (
     ChildJob,
+    Executor,
     Finished,
     ForkServer,
     Isolation,
@@ -292,7 +293,7 @@ def cluster_settings() -> dict[str, Any]:
             "distributed.scheduler.worker-saturation": 1.0}
 
 
-class DaskExecutor:
+class DaskExecutor(Executor):
     """The ForkServer interface on a Dask cluster: ``submit``, ``wait``, ``run``, ``close``.
 
     ``address``: ``tcp://host:8786`` / ``tls://...`` (an existing scheduler), ``local:N``
@@ -403,14 +404,6 @@ class DaskExecutor:
         (folder / "log").write_bytes(log)
         return Finished(job, exitcode, timed_out, seconds)
 
-    def run(self, job: ChildJob) -> Finished:
-        """Submit one job and wait for it alone (nothing else may be running)."""
-        self.submit(job)
-        finished: list[Finished] = []
-        while not finished:
-            finished = self.wait()
-        return finished[0]
-
     def close(self) -> None:
         """Cancel what is still queued; close the client, and the LocalCluster if it is ours."""
         futures = [f for _, f, _ in self.running.values() if not isinstance(f, _Failed)]
@@ -427,11 +420,6 @@ class DaskExecutor:
                 self._cluster.close()
                 self._cluster = None
 
-    def __enter__(self) -> DaskExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from grader.autograde.cells import (
 from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
 from grader.autograde.gradebook import SharedSaveAutoGrades, open_gradebook
 from grader.autograde.judging import ExpectedCheck, expected_checks, rejudge
-from grader.autograde.sandbox import ChildJob, Finished, ForkServer, Isolation, Limits, write_job_cells
+from grader.autograde.sandbox import ChildJob, Executor, Finished, Isolation, Limits, write_job_cells
 from grader.autograde.sanitize import Sanitized, sanitize
 from grader.autograde.submissions import (
     InvalidNotebook,
@@ -157,7 +157,7 @@ class Summary:
 class Run:
     """One autograde run: its source, its outputs, its server, and a counter for job ids."""
 
-    def __init__(self, source: Path, out: Path, work: Path, server: ForkServer,
+    def __init__(self, source: Path, out: Path, work: Path, server: Executor,
                  gradebook: Gradebook, db_url: str, limits: Limits) -> None:
         self.out, self.work, self.server = out, work, server
         self.gradebook, self.db_url, self.limits = gradebook, db_url, limits
@@ -181,11 +181,12 @@ class Run:
 
 
 def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions,
-              server: ForkServer, work: Path) -> Summary:
+              server: Executor, work: Path) -> Summary:
     """Grade every submission under ``submitted`` against ``source``; see ARCHITECTURE.md.
 
-    ``server`` is a ForkServer the caller started early (its imports overlap with ours) and
-    ``work`` the private folder it hides from every child; both are closed/removed here.
+    ``server`` is the Executor (a ForkServer, a DaskExecutor) the caller started early (its
+    imports overlap with ours) and ``work`` the private folder it hides from every child;
+    both are closed/removed here.
     """
     out.mkdir(parents=True, exist_ok=True)
     db_url = options.db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"

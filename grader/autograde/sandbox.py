@@ -343,7 +343,44 @@ class IsolationUnavailable(RuntimeError):
     """The machine cannot confine grading children (no root, no user namespaces)."""
 
 
-class ForkServer:
+class Executor:
+    """What the pipeline needs from whatever runs its jobs (this ForkServer, or a Dask cluster).
+
+    ``config`` is the ``ServerConfig`` the jobs run under; ``wait_ready()`` blocks until jobs
+    can start; ``submit(job)`` starts one; ``wait()`` blocks until at least one job ends and
+    returns those that did; ``close()`` stops everything still running.
+    """
+
+    config: ServerConfig
+
+    def wait_ready(self) -> None:
+        raise NotImplementedError
+
+    def submit(self, job: ChildJob) -> None:
+        raise NotImplementedError
+
+    def wait(self) -> list[Finished]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def run(self, job: ChildJob) -> Finished:
+        """Submit one job and wait for it alone (nothing else may be running)."""
+        self.submit(job)
+        finished: list[Finished] = []
+        while not finished:
+            finished = self.wait()
+        return finished[0]
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ForkServer(Executor):
     """The parent's side: start the server, submit jobs, collect finished ones."""
 
     def __init__(self, config: ServerConfig) -> None:
@@ -395,14 +432,6 @@ class ForkServer:
                                          time.monotonic() - submitted))
         return finished
 
-    def run(self, job: ChildJob) -> Finished:
-        """Submit one job and wait for it alone (nothing else may be running)."""
-        self.submit(job)
-        finished: list[Finished] = []
-        while not finished:
-            finished = self.wait()
-        return finished[0]
-
     def _read_event(self, timeout: float) -> dict | None:
         fd = self.process.stdout.fileno()
         deadline = time.monotonic() + timeout
@@ -427,11 +456,6 @@ class ForkServer:
                 self.process.kill()
                 self.process.wait()
 
-    def __enter__(self) -> ForkServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def choose_isolation(accept_weak: bool) -> Isolation:
