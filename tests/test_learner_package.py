@@ -31,7 +31,7 @@ from tests.notebook_runner import grade_id, is_test_cell, source_notebook
 
 LEARNER = ROOT / "learner"
 
-# The contract of every chapter (CURRICULUM.md), including chapters whose exercises may not be
+# Every exercise name of the course's contract, including chapters whose exercises may not be
 # registered yet: the learner package must define none of these.
 CONTRACT = {
     "rnn_step", "rnn_forward", "jacobian_norms", "dot_scores", "softmax", "attend", "project_qkv",
