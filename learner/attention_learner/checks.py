@@ -24,10 +24,12 @@ None (a number as a cell's last expression would be read as partial credit).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from functools import cache
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -77,7 +79,14 @@ def run_learner(case: Case, learner: Any, inputs: Inputs) -> tuple[Arrays | None
             outputs, error = None, f"{name} is not implemented yet (it raises NotImplementedError)."
         except Exception as exc:  # the learner's code may raise anything
             outputs = None
-            error = f"{name} raised {type(exc).__name__}: {exc}\n{input_summary(inputs)}"
+            error = f"{name} raised {type(exc).__name__}: {exc}\n"
+            upstream = raising_function(exc)
+            if upstream and upstream.split(".")[0] != name:
+                error += (
+                    f"The error was raised inside your {upstream}, which {name} calls: if "
+                    f"{upstream}'s own tests fail, fix it first.\n"
+                )
+            error += input_summary(inputs)
         else:
             error = ""
     warned = ""
@@ -126,6 +135,26 @@ def _judge_from_entry_points() -> Judge | None:
 
 
 # ---------------------------------------------------------------- messages
+
+
+_LIBRARY = (str(Path(__file__).resolve().parent), "site-packages", "dist-packages", sys.prefix)
+
+
+def raising_function(exc: BaseException) -> str:
+    """The innermost learner-written function on ``exc``'s traceback ("" if none): a frame
+    whose code is not in this package, the Python library or an installed package."""
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not code.co_filename.startswith(_LIBRARY) and "site-packages" not in code.co_filename:
+            name = getattr(code, "co_qualname", code.co_name)
+            if not name.startswith("<"):  # not a module body, lambda or comprehension
+                found = name
+        tb = tb.tb_next
+    if not found and exc.__cause__ is not None:  # an adapter re-raised it with a note
+        return raising_function(exc.__cause__)
+    return found
 
 
 def input_summary(inputs: Inputs) -> str:
