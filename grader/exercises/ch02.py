@@ -52,7 +52,17 @@ SOFTMAX_BUGS = {
     "the sum was taken without keepdims=True, so it was broadcast along the wrong axis": (
         _bug_no_keepdims
     ),
+    "one maximum was subtracted for the whole array (np.max(z) without axis): slices whose "
+    "logits lie far below it underflow to 0 / 0; subtract the maximum along `axis`, with "
+    "keepdims=True": lambda i: {"p": _global_max_softmax(i["z"], i["axis"])},
 }
+
+
+def _global_max_softmax(z: np.ndarray, axis: int) -> np.ndarray:
+    """exp(z - max(z)) normalised along ``axis``: stable only when every slice is near the top."""
+    e = np.exp(z - np.max(z))
+    with np.errstate(all="ignore"):
+        return e / e.sum(axis=axis, keepdims=True)
 
 
 def _weights_to_attend(i: dict[str, Any], weights: np.ndarray) -> Arrays:

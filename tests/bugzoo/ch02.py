@@ -215,4 +215,14 @@ def dot_scores(q, K):
 """,
         expect="An output is not float64",
     ),
+    Bug(
+        exercise="softmax",
+        name="one_max_for_the_whole_array",
+        code="""
+def softmax(z, axis=-1):
+    e = np.exp(z - np.max(z))
+    return e / e.sum(axis=axis, keepdims=True)
+""",
+        expect="one maximum was subtracted for the whole array",
+    ),
 ]
