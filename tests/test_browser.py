@@ -132,13 +132,6 @@ RAW_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\|")
 RAW_MYST = re.compile(r"```\{|:::\{|\{(glue|download|doc|ref|numref|code-cell|admonition)[:}]")
 HASHED = re.compile(r"^[0-9a-f]{16,}|\.(png|jpe?g|svg)$", re.I)
 
-# Exercise notebooks (generated from solutions/, not owned by the book) with a display
-# equation still wider than the desktop column: their only allowed problem, until split.
-KNOWN_WIDE_EQUATIONS = {
-    "chapters/02_queries_keys_values/02_queries_keys_values",
-    "chapters/04_multi_head/04_multi_head",
-}
-
 
 def _chromium() -> tuple[str, str]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -291,10 +284,6 @@ def test_page_reads_well_in_chromium(page, browser, book_url, built_book):
             f"[{WIDTHS[width_name]} px] {problem}"
             for problem in inspect(browser, url, built_book, book_url, page, width_name)
         ]
-    if page in KNOWN_WIDE_EQUATIONS and problems and all(
-        "display equation wider than the column" in p for p in problems
-    ):
-        pytest.xfail(f"{page}: an equation of its exercise notebook is too wide: {problems}")
     assert not problems, f"{page}.html:\n" + "\n".join(problems)
 
 
