@@ -83,14 +83,8 @@ def _max_before_masking(inputs: dict[str, Any]) -> tuple[Arrays, bool]:
     return outputs, same
 
 
-def _bug_max_before_masking(inputs: dict[str, Any]) -> Arrays:
-    if inputs["mask"] is None:
-        return {}
-    outputs, same = _max_before_masking(inputs)
-    return {} if same else outputs
-
-
 def _bug_max_before_masking_or_mask_after(inputs: dict[str, Any]) -> Arrays:
+    """Where the bug shows at all (the visible scores underflow), the two bugs coincide."""
     if inputs["mask"] is None:
         return {}
     outputs, same = _max_before_masking(inputs)
@@ -145,10 +139,6 @@ ATTENTION_BUGS = {
     "the fill lose to masked keys; fill with -inf": _bug_large_negative_fill,
     "a finite fill such as -1e9 was used for masked scores: real scores below the fill (here "
     "about -4e9) lose to the masked keys; fill with -inf": _bug_finite_fill_rows_zeroed,
-    "the maximum was subtracted before masking: when a masked key holds the largest score, "
-    "every visible exp() underflows to 0; take each row's maximum over its visible keys": (
-        _bug_max_before_masking
-    ),
     "one maximum was subtracted for the whole array instead of one per query row (keepdims "
     "and axis=-1): rows on a smaller scale underflow to 0": _bug_one_max_for_everything,
 }

@@ -208,12 +208,8 @@ def explain(
     showing = [
         (description, produced)
         for description, produced in bugs
-        if not all(
-            k in expected
-            and v.shape == expected[k].shape
-            and np.allclose(v, expected[k], atol=case.atol, rtol=case.rtol, equal_nan=True)
-            for k, v in produced.items()
-        )
+        if any(k not in expected or compare(k, expected[k], v, case.atol, case.rtol)
+               for k, v in produced.items())
     ]
     bug = matching_bug(raw, showing, case.atol, case.rtol)
     if bug:
