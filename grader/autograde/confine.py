@@ -103,7 +103,7 @@ class View:
         wanted += [p for p in sys.path if p and os.path.isdir(p)]
         kept: list[str] = []
         for path in sorted({os.path.realpath(p) for p in wanted if os.path.isdir(p)}, key=len):
-            if any(_within(h, path) for h in hidden):
+            if path == "/" or any(_within(h, path) for h in hidden):  # "/": `python -m`'s cwd
                 continue  # a folder that holds a secret (a checkout on sys.path) is never shown
             if not any(_within(path, k) for k in kept):
                 kept.append(path)

@@ -1,8 +1,9 @@
 """Imported once by the fork server, so that each grading child starts with it loaded.
 
-What a notebook needs and nothing the learner must not have: numpy, torch, IPython,
-matplotlib, sympy (gradcheck and some torch paths import it lazily, ~0.5 s) and the learner
-package with its case builders. Never ``grader.reference`` or ``grader.exercises``: a child
+What a notebook needs and nothing the learner must not have: numpy, torch, IPython, sympy
+(gradcheck and some torch paths import it lazily, ~0.5 s) and the learner package with its
+case builders. Not matplotlib (0.35 s): no exercise notebook plots; a learner who does pays
+for it in their own child. Never ``grader.reference`` or ``grader.exercises``: a child
 is a copy of this process's memory, so whatever is imported here is in every child.
 
 Only imports, never computation: a child forked from a process whose torch has started its
@@ -23,7 +24,6 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 import IPython.core.interactiveshell  # noqa: E402,F401
-import matplotlib.pyplot  # noqa: E402,F401
 import sympy  # noqa: E402,F401
 import torch.fx.experimental.symbolic_shapes  # noqa: E402,F401
 
