@@ -9,7 +9,14 @@ import pkgutil
 import pytest
 
 import tests.bugzoo
-from tests.notebook_runner import exercise_of, run_cells, source_notebook
+from tests.notebook_runner import (
+    assignments,
+    exercise_of,
+    grade_id,
+    is_test_cell,
+    run_cells,
+    source_notebook,
+)
 
 
 def _cases():
@@ -24,8 +31,17 @@ def _cases():
 CASES = list(_cases())
 
 
-def test_every_chapter_with_exercises_has_a_zoo():
-    assert {c.values[0] for c in CASES} >= {"03_scaled_dot_product"}
+def test_every_exercise_of_every_chapter_has_a_zoo():
+    """Each solution cell of each assignment's source has at least one known-wrong version."""
+    zoo = {(c.values[0], c.values[1].exercise) for c in CASES}
+    missing = [
+        (assignment, grade_id(cell))
+        for assignment in assignments()
+        for cell in source_notebook(assignment).cells
+        if cell.metadata.get("nbgrader", {}).get("solution") and not is_test_cell(cell)
+        and cell.cell_type == "code" and (assignment, grade_id(cell)) not in zoo
+    ]
+    assert not missing, f"exercises without a bug in tests/bugzoo: {missing}"
 
 
 @pytest.mark.parametrize("assignment,bug", CASES)
