@@ -1,6 +1,13 @@
+import os
 import sys
 
 from grader.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is written and closed by now (results, gradebook, fork server). Skip the
+    # interpreter's teardown of torch, nbgrader and SQLAlchemy: measured at 0.5 to 1.5 s here,
+    # a tenth of grading a class of twenty.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
