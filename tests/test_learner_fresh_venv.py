@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import attention_learner
-from grader.paths import CHAPTERS, ROOT, SOLUTIONS
+from grader.paths import CHAPTERS, SOLUTIONS
+from tests.learner_wheel import build_learner_wheel
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ ASSIGNMENTS = sorted(attention_learner.ALLOWED_IMPORTS)
 # Runs one notebook's code cells in order, without IPython or nbformat, and prints one JSON
 # object: test grade_id -> {"error": ..., "stderr": ...}. Hidden tests are cut off (a learner's
 # copy has none) and the install cell's %pip line becomes an error if it is ever reached.
-RUNNER = r'''
+RUNNER = r"""
 import contextlib, io, json, re, sys
 
 import numpy as np
@@ -63,18 +64,14 @@ def run(path):
 
 
 print(json.dumps({path: run(path) for path in sys.argv[1:]}))
-'''
+"""
+
 
 @pytest.fixture(scope="module")
 def fresh_python(tmp_path_factory) -> Path:
     """A new venv holding only the learner wheel, numpy==1.26.4 and torch==2.13.0."""
     tmp = tmp_path_factory.mktemp("fresh")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         str(ROOT / "learner"), "-w", str(tmp / "wheel")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    (wheel,) = (tmp / "wheel").glob("*.whl")
+    wheel = build_learner_wheel(tmp)
     subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True)
     python = tmp / "venv" / "bin" / "python"
     subprocess.run(

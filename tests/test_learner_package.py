@@ -6,8 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from grader.paths import ROOT
 from grader.reference import MultiHeadAttention
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 from grader.release import assignments, expected_data
+from tests.learner_wheel import build_learner_wheel
 from tests.notebook_runner import grade_id, is_test_cell, source_notebook
 
 LEARNER = ROOT / "learner"
@@ -52,14 +51,7 @@ def contract_names() -> set[str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The learner package built as a wheel, as pip would install it."""
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         str(LEARNER), "-w", str(out)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    (built,) = out.glob("attention_learner-*.whl")
-    return built
+    return build_learner_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_wheel_holds_no_reference(wheel):
@@ -171,7 +163,10 @@ def test_recording_mode_records_and_does_not_judge():
         recording._recorder = None
     (record,) = recorder.records[-1]
     assert (record.exercise, record.seed, record.params, record.error) == (
-        "scaled_dot_product_attention", 4, {"n_k": 6}, ""
+        "scaled_dot_product_attention",
+        4,
+        {"n_k": 6},
+        "",
     )
     assert record.outputs["weights"].shape == (3, 6)
 
