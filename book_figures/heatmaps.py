@@ -1,0 +1,136 @@
+"""Attention weights as heatmaps: one panel per head, layer or example, stacked vertically.
+
+``show_heatmaps`` draws on a new figure and returns it, so that a page cell ends with the
+figure and MyST-NB renders it once (give that cell a ``mystnb.figure`` caption and an
+``mystnb.image.alt`` text: the helper draws, the page says what the figure shows). The
+figure follows the book's style (``book_figures.style``): at most ``MAX_WIDTH`` inches wide,
+large fonts, panels one under the other so that it stays readable on a phone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+
+from book_figures.style import BOOK_STYLE, MAX_WIDTH
+
+# Largest side of one heatmap cell, in inches (small matrices would otherwise be huge).
+MAX_CELL = 0.42
+
+
+def show_heatmaps(
+    weights: np.ndarray,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    titles: Sequence[str] | None = None,
+    xlabel: str = "keys",
+    ylabel: str = "queries",
+    cmap: str = "Reds",
+    annotate: bool = False,
+    size: float = 3.0,
+    vmax: float = 1.0,
+    colorbar_label: str = "weight",
+) -> Figure:
+    """Attention weights as heatmaps, one panel per leading index, stacked vertically.
+
+    ``weights`` is (n_q, n_k) for one panel or (p, n_q, n_k) for ``p`` panels, one under the
+    other (for example one per head), each with its own title. Colours run from 0 to
+    ``vmax`` (1, the range of a softmax weight, unless told otherwise) and one colorbar
+    serves every panel. ``annotate`` writes each weight in its cell. ``size`` is the height
+    of one panel in inches before the labels; the width follows the number of keys and
+    never exceeds ``MAX_WIDTH``.
+    """
+    panels = _stack_panels(weights)  # (p, n_q, n_k)
+    p, n_q, n_k = panels.shape
+    figsize = _heatmap_figure_size(
+        p, n_q, n_k, size, has_col_labels=col_labels is not None, has_titles=titles is not None
+    )
+    with mpl.rc_context(BOOK_STYLE):
+        fig, axes = plt.subplots(p, 1, figsize=figsize, squeeze=False, layout="constrained")
+        column = axes[:, 0]  # (p,) one Axes per panel
+        for i, ax in enumerate(column):
+            image = _draw_heatmap(ax, panels[i], cmap=cmap, vmax=vmax)  # panels[i]: (n_q, n_k)
+            _label_heatmap(ax, n_q, n_k, row_labels, col_labels, xlabel=xlabel, ylabel=ylabel)
+            if titles is not None:
+                ax.set_title(titles[i])
+            if annotate:
+                _write_cell_values(ax, panels[i], vmax=vmax)
+        fig.colorbar(image, ax=column.tolist(), shrink=min(1.0, 0.9 / p + 0.3), label=colorbar_label)
+    return fig
+
+
+def _stack_panels(weights: np.ndarray) -> np.ndarray:
+    """``weights`` as a float64 (p, n_q, n_k) stack; a single (n_q, n_k) matrix gives p = 1."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim == 2:
+        w = w[None]  # (1, n_q, n_k)
+    if w.ndim != 3:
+        raise ValueError(f"expected (n_q, n_k) or (p, n_q, n_k) weights, got shape {w.shape}")
+    return w
+
+
+def _heatmap_figure_size(
+    p: int, n_q: int, n_k: int, size: float, has_col_labels: bool, has_titles: bool
+) -> tuple[float, float]:
+    """(width, height) in inches of ``p`` stacked (n_q, n_k) heatmaps with one colorbar.
+
+    Each cell gets the same budget across and down: at most ``MAX_CELL`` inches, small
+    enough that ``n_q`` rows fit in ``size`` inches and ``n_k`` columns fit in ``MAX_WIDTH``
+    beside the labels and colorbar.
+    Rotated column labels and titles need more room under and above each panel.
+    """
+    cell = min(MAX_CELL, size / max(n_q, 1), (MAX_WIDTH - 2.6) / max(n_k, 1))  # inches per cell
+    label_room = 1.4 if has_col_labels else 0.8
+    title_room = 0.4 if has_titles else 0.1
+    width = min(MAX_WIDTH, n_k * cell + 2.8)  # 2.8 in: y labels, colorbar and its label
+    height = p * (n_q * cell + label_room + title_room) + 0.2
+    return width, height
+
+
+def _draw_heatmap(ax: Axes, weights: np.ndarray, cmap: str, vmax: float) -> AxesImage:
+    """Draw one (n_q, n_k) matrix on ``ax``, colours from 0 to ``vmax``, framed on all sides."""
+    image = ax.imshow(weights, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
+    ax.spines[:].set_visible(True)  # the book style hides the top and right spines
+    return image
+
+
+def _label_heatmap(
+    ax: Axes,
+    n_q: int,
+    n_k: int,
+    row_labels: Sequence[str] | None,
+    col_labels: Sequence[str] | None,
+    xlabel: str,
+    ylabel: str,
+) -> None:
+    """One tick per row and column of the (n_q, n_k) heatmap on ``ax``, named by the labels if given.
+
+    Column labels (usually tokens) are rotated so that long ones do not overlap.
+    """
+    ax.set_xticks(range(n_k))
+    ax.set_yticks(range(n_q))
+    if col_labels is not None:
+        ax.set_xticklabels(col_labels, rotation=60, ha="right", rotation_mode="anchor")
+    if row_labels is not None:
+        ax.set_yticklabels(row_labels)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel)
+
+
+def _write_cell_values(ax: Axes, weights: np.ndarray, vmax: float) -> None:
+    """Write each entry of the (n_q, n_k) ``weights`` in its cell, to two decimals.
+
+    The text is white on cells darker than 60 % of ``vmax`` and black elsewhere.
+    """
+    n_q, n_k = weights.shape
+    for r in range(n_q):
+        for c in range(n_k):
+            value = weights[r, c]
+            colour = "white" if value > 0.6 * vmax else "black"
+            ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=10, color=colour)
