@@ -1,10 +1,13 @@
 """Run every narrative page's code cells, without building the book.
 
-Each MyST Markdown notebook (``chapters/*/*.md``, plus the top-level notation page) is parsed
-for its ``{code-cell}`` blocks, which are executed in order in one fresh namespace with
-matplotlib's non-interactive Agg backend. A page that raises fails here in seconds, long
-before a full ``jupyter-book build`` would report it. Chapter pages carry their chapter's
-marker (``pytest -m ch03``) when that marker is registered in pyproject.toml.
+Each MyST Markdown notebook (``chapters/*/*.md``, plus the top-level pages) is read into a
+notebook by myst-nb's own reader, the one the book build uses, with the book's Markdown
+settings from ``_config.yml``. Its code cells are executed in order in one fresh namespace
+with matplotlib's non-interactive Agg backend, honouring the execution tags the build's
+executor honours (``skip-execution``, ``raises-exception``). A page that raises fails here
+in seconds, long before a full ``jupyter-book build`` would report it. Chapter pages carry
+their chapter's marker (``pytest -m ch03``) when that marker is registered in pyproject.toml.
+Needs the ``book`` extra (myst-nb), like the build.
 """
 
 from __future__ import annotations
@@ -12,13 +15,19 @@ from __future__ import annotations
 import re
 import tomllib
 import warnings
+from functools import cache
 from pathlib import Path
 
+import nbformat
 import pytest
+import yaml
+from myst_nb.core.read import is_myst_markdown_notebook, read_myst_markdown_notebook
+from myst_parser.config.main import MdParserConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
-CELL_OPTIONS = re.compile(r"\A(?:---\n.*?\n---\n|(?::[\w-]+:[^\n]*\n)+)", re.S)
+# Tags that change how nbclient (myst-nb's executor) runs a cell.
+SKIP_TAG = "skip-execution"  # not executed at all
+RAISES_TAG = "raises-exception"  # an error is the cell's expected output
 
 
 def registered_markers() -> set[str]:
@@ -28,15 +37,35 @@ def registered_markers() -> set[str]:
     return {line.split(":", 1)[0].strip() for line in declared}
 
 
-def code_cells(page: Path) -> list[str]:
-    """The source of each ``{code-cell}`` block of a MyST notebook, options stripped."""
-    text = page.read_text(encoding="utf-8")
-    return [CELL_OPTIONS.sub("", body, count=1) for body in CODE_CELL.findall(text)]
+@cache
+def book_markdown_config() -> MdParserConfig:
+    """The MyST parser settings of the book build: ``_config.yml``'s ``myst_*`` options.
+
+    jupyter-book passes ``parse: myst_enable_extensions`` (and any ``myst_*`` key under
+    ``sphinx: config``) to myst-parser; with ``colon_fence`` a ``{code-cell}`` inside a
+    ``:::`` block is not a cell, so the reader must see the same extensions as the build.
+    """
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    options = dict(config.get("parse") or {})
+    options.update((config.get("sphinx") or {}).get("config") or {})
+    myst = {key.removeprefix("myst_"): value for key, value in options.items() if key.startswith("myst_")}
+    return MdParserConfig(**myst)
 
 
 def is_myst_notebook(page: Path) -> bool:
-    head = page.read_text(encoding="utf-8")[:400]
-    return head.startswith("---\n") and "jupytext:" in head and "kernelspec:" in head
+    """Whether the build treats ``page`` as a notebook (myst-nb's top-matter test)."""
+    return is_myst_markdown_notebook(page.read_text(encoding="utf-8"))
+
+
+def read_page(page: Path) -> nbformat.NotebookNode:
+    """``page`` as the notebook the build executes: cells, sources and cell metadata."""
+    text = page.read_text(encoding="utf-8")
+    return read_myst_markdown_notebook(text, config=book_markdown_config(), path=page)
+
+
+def code_cells(page: Path) -> list[nbformat.NotebookNode]:
+    """The code cells of a MyST notebook, in order; options (tags...) are their metadata."""
+    return [cell for cell in read_page(page).cells if cell.cell_type == "code"]
 
 
 def narrative_pages() -> list:
@@ -60,13 +89,61 @@ def narrative_pages() -> list:
 def test_cell_parser_finds_options_and_bodies(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
-        "---\njupytext: {}\nkernelspec: {}\n---\n\n# T\n\n"
+        "---\njupytext:\n  text_representation:\n    format_name: myst\n"
+        "kernelspec:\n  name: python3\n---\n\n# T\n\n"
         "```{code-cell} ipython3\n:tags: [hide-input]\n\nx = 1\n```\n\n"
         "```python\nnot = a cell\n```\n\n"
-        "```{code-cell} ipython3\n---\ntags: [hide-input]\n---\ny = x + 1\n```\n",
+        ":::{note}\n```{code-cell} ipython3\nnested = 'not a cell with colon_fence'\n```\n:::\n\n"
+        "```{code-cell} ipython3\n---\ntags: [hide-input, skip-execution]\n"
+        "mystnb:\n  figure:\n    caption: A caption\n---\ny = x + 1\n```\n",
         encoding="utf-8",
     )
-    assert [c.strip() for c in code_cells(page)] == ["x = 1", "y = x + 1"]
+    assert is_myst_notebook(page)
+    cells = code_cells(page)
+    assert [c.source.strip() for c in cells] == ["x = 1", "y = x + 1"]
+    assert cells[0].metadata["tags"] == ["hide-input"]
+    assert cells[1].metadata["tags"] == ["hide-input", "skip-execution"]
+    assert cells[1].metadata["mystnb"] == {"figure": {"caption": "A caption"}}
+    assert read_page(page).cells[0].source.startswith("# T")
+
+
+def test_plain_markdown_is_not_a_notebook(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("---\ntitle: x\n---\n\n# T\n\n```{code-cell} ipython3\nx = 1\n```\n", encoding="utf-8")
+    assert not is_myst_notebook(page)
+
+
+def run_cells(page: Path, cells: list[nbformat.NotebookNode]) -> None:
+    """Execute ``cells`` in order in one namespace, as the build's kernel would."""
+    namespace: dict = {"__name__": "__page__"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for index, cell in enumerate(cells):
+            tags = cell.metadata.get("tags", [])
+            if SKIP_TAG in tags:
+                continue
+            code = compile(cell.source, f"{page.name}[cell {index}]", "exec")
+            try:
+                exec(code, namespace)  # noqa: S102 - the page's own code, as the build runs it
+            except Exception:
+                if RAISES_TAG not in tags:
+                    raise
+
+
+def test_run_cells_honours_execution_tags(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "---\nfile_format: mystnb\n---\n\n# T\n\n"
+        "```{code-cell} ipython3\nx = 1\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [skip-execution]\n\nraise RuntimeError('skipped')\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [raises-exception]\n\n1 / 0\n```\n\n"
+        "```{code-cell} ipython3\nassert x == 1\nraise ValueError('not allowed')\n```\n",
+        encoding="utf-8",
+    )
+    cells = code_cells(page)
+    run_cells(page, cells[:3])
+    with pytest.raises(ValueError, match="not allowed"):
+        run_cells(page, cells)
 
 
 @pytest.mark.parametrize("page", narrative_pages())
@@ -76,18 +153,16 @@ def test_page_code_cells_run(page: Path, monkeypatch):
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    cells = code_cells(page)
+    notebook = read_page(page)
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert cells, f"{page.name} is a MyST notebook without code cells"
-    first_heading = re.search(r"^#\s+\S", page.read_text(encoding="utf-8"), re.M)
-    assert first_heading, f"{page.name} has no '# Title' heading"
+    first = notebook.cells[0]
+    assert first.cell_type == "markdown" and re.match(r"#\s+\S", first.source), (
+        f"{page.name} does not start with a '# Title' heading"
+    )
 
     monkeypatch.chdir(page.parent)  # jupyter-book runs each page in its own folder
-    namespace: dict = {"__name__": "__page__"}
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            for index, source in enumerate(cells):
-                code = compile(source, f"{page.name}[cell {index}]", "exec")
-                exec(code, namespace)  # noqa: S102 - the page's own code, as the build runs it
+        run_cells(page, cells)
     finally:
         plt.close("all")
