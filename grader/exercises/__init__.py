@@ -2,49 +2,28 @@
 
 Each chapter module (``ch03`` for 03_scaled_dot_product, ...) lists its exercises in
 ``EXERCISES``: the learner package's cases of that chapter (``attention_learner.cases.chNN``)
-with the reference and the classic bugs added. They are loaded on first use.
+with the reference and the classic bugs added (:func:`grader.exercises.spec.exercise`). The
+chapter list and the loading loop are the learner registry's
+(:mod:`attention_learner.registry`). A chapter module imports shared modules and its own
+learner counterpart only, never another chapter.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any
 
-from attention_learner.cases import get_case
-from grader.exercises.spec import Exercise, Inputs
+from attention_learner.registry import CHAPTER_MODULES, load_chapters, lookup
+from grader.exercises.spec import Exercise
 
-CHAPTER_MODULES = ("ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07")
-
-
-def exercise(
-    name: str,
-    reference: Callable[[Inputs], dict[str, Any]],
-    bugs: Mapping[str, Callable[[Inputs], dict[str, Any]]] | None = None,
-) -> Exercise:
-    """The learner package's case ``name`` with its reference and classic bugs."""
-    return Exercise(get_case(name), reference, dict(bugs or {}))
+__all__ = ["CHAPTER_MODULES", "all_exercises", "get_exercise"]
 
 
 @cache
 def all_exercises() -> dict[str, Exercise]:
     """Every exercise of every chapter whose module exists, by name."""
-    found: dict[str, Exercise] = {}
-    for module_name in CHAPTER_MODULES:
-        try:
-            module = importlib.import_module(f"grader.exercises.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"grader.exercises.{module_name}":
-                raise
-            continue
-        for spec in module.EXERCISES:
-            found[spec.name] = spec
-    return found
+    return load_chapters("grader.exercises", "EXERCISES")
 
 
 def get_exercise(name: str) -> Exercise:
-    exercises = all_exercises()
-    if name not in exercises:
-        raise KeyError(f"unknown exercise {name!r}; known: {', '.join(sorted(exercises))}")
-    return exercises[name]
+    """The exercise called ``name``, or a KeyError that lists the known ones."""
+    return lookup(all_exercises(), name)

@@ -3,25 +3,12 @@ recurrence and the Jacobian norms (the cases are in ``attention_learner.cases.ch
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
-from grader.exercises import exercise
-from grader.exercises.spec import Arrays, Exercise
+from grader.exercises.spec import Arrays, exercise
 from grader.reference.rnn import jacobian_norms, rnn_forward, rnn_step
-
-
-def numpy_exercise(spec: Exercise) -> Exercise:
-    """``spec`` whose reference also states the NumPy conventions its case reports: every
-    output float64, every input array left unmodified."""
-    reference = spec.reference
-
-    def with_conventions(inputs: dict[str, Any]) -> dict[str, Any]:
-        return {**reference(inputs), "float64": np.array(True), "unchanged": np.array(True)}
-
-    return dataclasses.replace(spec, reference=with_conventions)
 
 
 def _sigmoid(a: np.ndarray) -> np.ndarray:
@@ -40,9 +27,7 @@ def _pre_activation(i: dict[str, Any], bias: bool = True, recurrent: bool = True
 
 STEP_BUGS = {
     "the bias b was left out": lambda i: {"h": np.tanh(_pre_activation(i, bias=False))},
-    "the tanh was left out (h_t = tanh(x_t W_xh + h_prev W_hh + b))": lambda i: {
-        "h": _pre_activation(i)
-    },
+    "the tanh was left out (h_t = tanh(x_t W_xh + h_prev W_hh + b))": lambda i: {"h": _pre_activation(i)},
     "the previous state h_prev was left out (the term h_prev @ W_hh)": lambda i: {
         "h": np.tanh(_pre_activation(i, recurrent=False))
     },
@@ -98,9 +83,7 @@ def _chain_norms(H: np.ndarray, step, reverse: bool = False, ord: Any = 2) -> np
 
 
 def _derivative_bug(derivative) -> Any:
-    return lambda i: {
-        "norms": _chain_norms(i["H"], lambda r: derivative(i["H"], r)[:, None] * i["W_hh"].T)
-    }
+    return lambda i: {"norms": _chain_norms(i["H"], lambda r: derivative(i["H"], r)[:, None] * i["W_hh"].T)}
 
 
 JACOBIAN_BUGS = {
@@ -110,20 +93,14 @@ JACOBIAN_BUGS = {
     "the tanh derivative was taken at h_{t-1} instead of h_t (one step off)": _derivative_bug(
         lambda H, r: 1.0 - H[r - 1] ** 2
     ),
-    "the tanh derivative was written 1 - h_t instead of 1 - h_t^2": _derivative_bug(
-        lambda H, r: 1.0 - H[r]
-    ),
+    "the tanh derivative was written 1 - h_t instead of 1 - h_t^2": _derivative_bug(lambda H, r: 1.0 - H[r]),
     "the Frobenius norm was used; the spectral norm is the largest singular value "
     "(np.linalg.norm(J, ord=2))": lambda i: {
-        "norms": _chain_norms(
-            i["H"], lambda r: (1.0 - i["H"][r] ** 2)[:, None] * i["W_hh"].T, ord="fro"
-        )
+        "norms": _chain_norms(i["H"], lambda r: (1.0 - i["H"][r] ** 2)[:, None] * i["W_hh"].T, ord="fro")
     },
     "the step Jacobians were multiplied in the wrong order (d h_T / d h_{T-k} = "
     "J_T J_{T-1} ... J_{T-k+1})": lambda i: {
-        "norms": _chain_norms(
-            i["H"], lambda r: (1.0 - i["H"][r] ** 2)[:, None] * i["W_hh"].T, reverse=True
-        )
+        "norms": _chain_norms(i["H"], lambda r: (1.0 - i["H"][r] ** 2)[:, None] * i["W_hh"].T, reverse=True)
     },
     "the norms came out in reverse order (entry k is d h_T / d h_{T-k}, so entry 0 is 1)": (
         lambda i: {"norms": jacobian_norms(i["H"], i["W_hh"])[::-1]}
@@ -140,4 +117,3 @@ EXERCISES = [
     exercise("rnn_forward", lambda i: {"H": _forward(i)}, FORWARD_BUGS),
     exercise("jacobian_norms", lambda i: {"norms": jacobian_norms(i["H"], i["W_hh"])}, JACOBIAN_BUGS),
 ]
-EXERCISES = [numpy_exercise(spec) for spec in EXERCISES]

@@ -9,9 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.exercises import exercise
-from grader.exercises.ch01 import numpy_exercise
-from grader.exercises.spec import Arrays
+from grader.exercises.spec import Arrays, attention_outputs, exercise
 from grader.reference import softmax
 from grader.reference.qkv import attend, dot_product_attention, dot_scores, project_qkv
 
@@ -40,8 +38,9 @@ def _bug_no_keepdims(i: dict[str, Any]) -> Arrays:
 
 
 SOFTMAX_BUGS = {
-    "the maximum was not subtracted before exp(), which overflows or underflows for large "
-    "logits": lambda i: {"p": _naive_softmax(i["z"], axis=i["axis"])},
+    "the maximum was not subtracted before exp(), which overflows or underflows for large logits": lambda i: {
+        "p": _naive_softmax(i["z"], axis=i["axis"])
+    },
     "the softmax was taken over the last axis whatever `axis` says": lambda i: {
         "p": softmax(i["z"], axis=-1)
     },
@@ -49,9 +48,7 @@ SOFTMAX_BUGS = {
     "the exponentials were divided by their sum over the whole array, not along `axis`": (
         lambda i: {"p": np.exp(i["z"] - i["z"].max()) / np.exp(i["z"] - i["z"].max()).sum()}
     ),
-    "the sum was taken without keepdims=True, so it was broadcast along the wrong axis": (
-        _bug_no_keepdims
-    ),
+    "the sum was taken without keepdims=True, so it was broadcast along the wrong axis": (_bug_no_keepdims),
     "one maximum was subtracted for the whole array (np.max(z) without axis): slices whose "
     "logits lie far below it underflow to 0 / 0; subtract the maximum along `axis`, with "
     "keepdims=True": lambda i: {"p": _global_max_softmax(i["z"], i["axis"])},
@@ -70,8 +67,8 @@ def _weights_to_attend(i: dict[str, Any], weights: np.ndarray) -> Arrays:
 
 
 ATTEND_BUGS = {
-    "the scores were divided by sqrt(d): this chapter's attention is unscaled": lambda i: (
-        _weights_to_attend(i, softmax(dot_scores(i["q"], i["K"]) / math.sqrt(len(i["q"]))))
+    "the scores were divided by sqrt(d): this chapter's attention is unscaled": lambda i: _weights_to_attend(
+        i, softmax(dot_scores(i["q"], i["K"]) / math.sqrt(len(i["q"])))
     ),
     "the weights were not normalised: exp(scores) must be divided by its sum (a softmax)": (
         lambda i: _weights_to_attend(i, np.exp(dot_scores(i["q"], i["K"])))
@@ -101,23 +98,17 @@ PROJECTION_BUGS = {
 }
 
 
-def _attention_from_weights(i: dict[str, Any], weights: np.ndarray) -> Arrays:
-    return {"output": weights @ i["V"], "weights": weights}
-
-
 ATTENTION_BUGS = {
-    "the scores were divided by sqrt(d_k): this chapter's attention is unscaled": lambda i: (
-        _attention_from_weights(i, softmax(i["Q"] @ i["K"].T / math.sqrt(i["Q"].shape[-1])))
+    "the scores were divided by sqrt(d_k): this chapter's attention is unscaled": lambda i: attention_outputs(
+        i, softmax(i["Q"] @ i["K"].T / math.sqrt(i["Q"].shape[-1]))
     ),
     "the softmax was taken over the queries (axis 0); each query's weights must sum to 1 "
-    "over the keys (the last axis)": lambda i: _attention_from_weights(
-        i, softmax(i["Q"] @ i["K"].T, axis=0)
-    ),
-    "the softmax was taken over the whole score matrix instead of each row": lambda i: (
-        _attention_from_weights(i, softmax((i["Q"] @ i["K"].T).ravel()).reshape(len(i["Q"]), -1))
+    "over the keys (the last axis)": lambda i: attention_outputs(i, softmax(i["Q"] @ i["K"].T, axis=0)),
+    "the softmax was taken over the whole score matrix instead of each row": lambda i: attention_outputs(
+        i, softmax((i["Q"] @ i["K"].T).ravel()).reshape(len(i["Q"]), -1)
     ),
     "the maximum was not subtracted before exp(), which overflows for large scores": lambda i: (
-        _attention_from_weights(i, _naive_softmax(i["Q"] @ i["K"].T))
+        attention_outputs(i, _naive_softmax(i["Q"] @ i["K"].T))
     ),
 }
 
@@ -143,4 +134,3 @@ EXERCISES = [
     ),
     exercise("dot_product_attention", _attention_reference, ATTENTION_BUGS),
 ]
-EXERCISES = [numpy_exercise(spec) for spec in EXERCISES]

@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import torch.nn.functional as F
 
-from attention_learner.cases.ch03 import NUMPY_EXERCISES, attention_backward, attention_tensors
-from grader.exercises import exercise
-from grader.exercises.ch01 import numpy_exercise
-from grader.exercises.spec import Arrays
+from attention_learner.cases.ch03 import attention_tensors
+from attention_learner.torch_cases import backward, tensor
+from grader.exercises.spec import Arrays, attention_outputs, exercise
 from grader.reference import scaled_dot_product_attention, softmax, softmax_jacobian
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
@@ -39,10 +38,6 @@ def _scores(inputs: dict[str, Any]) -> np.ndarray:
     return Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])  # (..., n_q, n_k)
 
 
-def _weights_to_outputs(inputs: dict[str, Any], weights: np.ndarray) -> Arrays:
-    return {"output": weights @ inputs["V"], "weights": weights}
-
-
 def _bug_inverted_mask(inputs: dict[str, Any]) -> Arrays:
     if inputs["mask"] is None:
         return {}
@@ -53,14 +48,14 @@ def _bug_mask_after_softmax(inputs: dict[str, Any]) -> Arrays:
     if inputs["mask"] is None:
         return {}
     weights = softmax(_scores(inputs), axis=-1) * inputs["mask"]
-    return _weights_to_outputs(inputs, weights)
+    return attention_outputs(inputs, weights)
 
 
 def _bug_large_negative_fill(inputs: dict[str, Any]) -> Arrays:
     if inputs["mask"] is None or inputs["mask"].all(axis=-1).all():
         return {}
     scores = np.where(inputs["mask"], _scores(inputs), -1e9)
-    return _weights_to_outputs(inputs, softmax(scores, axis=-1))
+    return attention_outputs(inputs, softmax(scores, axis=-1))
 
 
 def _masked_exp_softmax(inputs: dict[str, Any], row_max: np.ndarray) -> Arrays:
@@ -72,7 +67,7 @@ def _masked_exp_softmax(inputs: dict[str, Any], row_max: np.ndarray) -> Arrays:
         e = np.where(inputs["mask"], e, 0.0)
     with np.errstate(all="ignore"):
         weights = np.nan_to_num(e / e.sum(axis=-1, keepdims=True), nan=0.0, posinf=0.0)
-    return _weights_to_outputs(inputs, weights)
+    return attention_outputs(inputs, weights)
 
 
 def _max_before_masking(inputs: dict[str, Any]) -> tuple[Arrays, bool]:
@@ -103,7 +98,7 @@ def _bug_finite_fill_rows_zeroed(inputs: dict[str, Any]) -> Arrays:
         return {}
     scores = np.where(inputs["mask"], _scores(inputs), -1e9)
     has_key = np.broadcast_to(inputs["mask"], scores.shape).any(axis=-1, keepdims=True)
-    outputs = _weights_to_outputs(inputs, softmax(scores, axis=-1) * has_key)
+    outputs = attention_outputs(inputs, softmax(scores, axis=-1) * has_key)
     right = _attention(inputs)
     if all(np.allclose(outputs[k], right[k], atol=1e-9) for k in outputs):
         return {}  # scores above the fill: the bug does not show on these inputs
@@ -114,7 +109,7 @@ def _bug_softmax_over_queries(inputs: dict[str, Any]) -> Arrays:
     scores = _scores(inputs)
     if inputs["mask"] is not None:
         scores = np.where(inputs["mask"], scores, -np.inf)
-    return _weights_to_outputs(inputs, softmax(scores, axis=-2))
+    return attention_outputs(inputs, softmax(scores, axis=-2))
 
 
 ATTENTION_BUGS = {
@@ -146,12 +141,13 @@ ATTENTION_BUGS = {
 
 def torch_attention_reference(inputs: dict[str, Any]) -> Arrays:
     """Output and gradients from torch's own F.scaled_dot_product_attention; weights from ours."""
-    q, k, v, mask = attention_tensors(inputs)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    grads = attention_backward(out, inputs, q, k, v)
+    tensors = attention_tensors(inputs)  # Q, K, V: float64 leaves
+    q, k, v = tensors.values()
+    mask = tensor(inputs["mask"])
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (*B, n_q, d_v)
+    grads = backward(out, inputs["G"], tensors, "F.scaled_dot_product_attention")
     _, weights = scaled_dot_product_attention_torch(q.detach(), k.detach(), v.detach(), mask)
-    return {"output": out.detach(), "weights": weights, **{n: g for n, g in grads.items()}}
-
+    return {"output": out.detach(), "weights": weights, **grads}
 
 
 def torch_gradients_reference(inputs: dict[str, Any]) -> Arrays:
@@ -179,15 +175,9 @@ JACOBIAN_BUGS = {
 }
 
 
-
 EXERCISES = [
     exercise("scaled_dot_product_attention", _attention, ATTENTION_BUGS),
     exercise("scaled_dot_product_attention_torch", torch_attention_reference, ATTENTION_BUGS),
     exercise("scaled_dot_product_attention_torch__gradients", torch_gradients_reference),
-    exercise(
-        "softmax_jacobian", lambda inputs: {"jacobian": softmax_jacobian(inputs["p"])}, JACOBIAN_BUGS
-    ),
-]
-EXERCISES = [
-    numpy_exercise(spec) if spec.name in NUMPY_EXERCISES else spec for spec in EXERCISES
+    exercise("softmax_jacobian", lambda inputs: {"jacobian": softmax_jacobian(inputs["p"])}, JACOBIAN_BUGS),
 ]

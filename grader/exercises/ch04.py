@@ -9,18 +9,9 @@ from typing import Any
 
 import torch
 
-from attention_learner.cases.ch04 import (  # noqa: F401  (build_module, mha_state, tensor: for later chapters)
-    backward,
-    build_mha,
-    build_module,
-    call_mha,
-    linear_state,
-    mha_state,
-    size_mismatch_note,
-    tensor,
-)
-from grader.exercises import exercise
-from grader.exercises.spec import Arrays
+from attention_learner.cases.ch04 import build_mha, call_mha, mha_d_model
+from attention_learner.torch_cases import backward, tensor
+from grader.exercises.spec import Arrays, exercise
 from grader.reference.multi_head import (
     MultiHeadAttention,
     merge_heads,
@@ -29,10 +20,6 @@ from grader.reference.multi_head import (
     torch_attn_mask,
 )
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
-
-
-def _d_model(inputs: dict[str, Any]) -> int:
-    return inputs["query"].shape[-1]
 
 
 def _split_no_transpose(x: torch.Tensor, h: int) -> torch.Tensor:
@@ -112,7 +99,7 @@ MHA_BUGS = {
     MERGE_NO_TRANSPOSE: lambda i: mha_variant(i, merge=_merge_no_transpose),
     INTERLEAVED: lambda i: mha_variant(i, split=_split_interleaved, merge=_merge_interleaved),
     "the scores were scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head) (each head compares "
-    "vectors of size d_head)": lambda i: mha_variant(i, scale=1.0 / math.sqrt(_d_model(i))),
+    "vectors of size d_head)": lambda i: mha_variant(i, scale=1.0 / math.sqrt(mha_d_model(i))),
     "the scores were not divided by sqrt(d_head)": lambda i: mha_variant(i, scale=1.0),
     "no output projection: W_o was not applied to the merged heads": lambda i: mha_variant(
         i, project_out=False

@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_learner.cases.ch04 import backward, tensor
 from attention_learner.cases.ch05 import build_decoder, build_encoder, call_decoder, call_encoder
-from grader.exercises import exercise
-from grader.exercises.spec import Arrays
+from attention_learner.torch_cases import backward, tensor
+from grader.exercises.spec import Arrays, exercise
 from grader.reference.multi_head import torch_attn_mask
 from grader.reference.transformer import (
     DecoderLayer,

@@ -13,8 +13,7 @@ import numpy as np
 import torch
 
 from attention_learner.cases.ch06 import toy_model
-from grader.exercises import exercise
-from grader.exercises.spec import Arrays, Inputs
+from grader.exercises.spec import Arrays, Inputs, exercise
 from grader.reference.translator import greedy_decode, positional_encoding
 
 

@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_learner.cases.ch04 import build_module, tensor
 from attention_learner.cases.ch07 import CACHED_CONTRACT, chunk_bounds
-from grader.exercises import exercise
-from grader.exercises.spec import Arrays
+from attention_learner.torch_cases import build_module, tensor
+from grader.exercises.spec import Arrays, exercise
 from grader.reference import MultiHeadAttention, causal_mask
 from grader.reference.at_scale import (
     KVCache,
@@ -197,8 +196,9 @@ CACHED_BUGS = {
     "the new tokens attend to the whole chunk, including positions after their own (no "
     "causal limit within the chunk: token i of a chunk starting at position p may see "
     "positions <= p + i only)": lambda i: cached_variant(i, "no_causal"),
-    "the cache stores the projected queries instead of the keys (append W_k's output, "
-    "not W_q's)": lambda i: cached_variant(i, "cache_queries"),
+    "the cache stores the projected queries instead of the keys (append W_k's output, not W_q's)": lambda i: (
+        cached_variant(i, "cache_queries")
+    ),
     "the cache prepends: new keys and values must go after the cached ones, so that "
     "position j of the cache is token j": lambda i: cached_variant(i, "prepend"),
     "each chunk attends only to itself: the cached keys and values of earlier chunks were "

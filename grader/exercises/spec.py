@@ -8,16 +8,28 @@ and judges a learner's raw arrays with the learner package's own message composi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from attention_learner.cases import get_case
 from attention_learner.checks import explain
+from attention_learner.conventions import reports_conventions
 from attention_learner.spec import Arrays, Case, Inputs, to_numpy, unpack
 
-__all__ = ["Arrays", "Exercise", "Inputs", "to_numpy", "unpack"]
+__all__ = [
+    "Arrays",
+    "Exercise",
+    "Inputs",
+    "attention_outputs",
+    "exercise",
+    "numpy_exercise",
+    "to_numpy",
+    "unpack",
+]
 
 
 @dataclass(frozen=True)
@@ -80,3 +92,35 @@ class Exercise:
         """The verdict on a learner's raw outputs ``got``: "" when they pass, else the message."""
         return explain(self.case, params, inputs, got, self.expected(inputs), self.bug_outputs(inputs))
 
+
+def numpy_exercise(spec: Exercise) -> Exercise:
+    """``spec`` whose reference also states the NumPy conventions its case reports: every
+    output float64, every input array left unmodified (``attention_learner.conventions``)."""
+    reference = spec.reference
+
+    def with_conventions(inputs: Inputs) -> dict[str, Any]:
+        return {**reference(inputs), "float64": np.array(True), "unchanged": np.array(True)}
+
+    return dataclasses.replace(spec, reference=with_conventions)
+
+
+def exercise(
+    name: str,
+    reference: Callable[[Inputs], dict[str, Any]],
+    bugs: Mapping[str, Callable[[Inputs], dict[str, Any]]] | None = None,
+) -> Exercise:
+    """The learner package's case ``name`` with its reference and classic bugs.
+
+    Where the case reports the NumPy conventions (a case made by
+    ``attention_learner.conventions.numpy_case``), the reference states them too: which
+    exercises are NumPy ones is decided once, by the learner's case.
+    """
+    spec = Exercise(get_case(name), reference, dict(bugs or {}))
+    return numpy_exercise(spec) if reports_conventions(spec.case) else spec
+
+
+def attention_outputs(inputs: Inputs, weights: np.ndarray) -> Arrays:
+    """What attention returns for ``weights`` (..., n_q, n_k) over the values ``inputs["V"]``
+    (..., n_k, d_v): the output weights @ V and the weights; for classic bugs that get the
+    weights wrong."""
+    return {"output": weights @ inputs["V"], "weights": weights}

@@ -9,7 +9,7 @@ submission sent back). Nothing here knows the right answer.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,16 @@ def builder_defaults(make_inputs: Callable[..., Inputs]) -> dict[str, Any]:
         for name, p in inspect.signature(make_inputs).parameters.items()
         if p.default is not inspect.Parameter.empty
     }
+
+
+def describe_params(params: dict[str, Any], keys: Iterable[str] | None = None) -> str:
+    """``"k1=v1, k2=v2"`` for ``keys`` of ``params`` (all of them, in order, when None)."""
+    return ", ".join(f"{k}={params[k]}" for k in (params if keys is None else keys))
+
+
+def describe_scale(scale: float, what: str) -> str:
+    """``", <what> scaled by <scale>"``, or nothing when ``scale`` is 1 (no scaling)."""
+    return f", {what} scaled by {scale:g}" if scale != 1.0 else ""
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ class Case:
         full = self.full_params(params)
         if self.describe is not None:
             return self.describe(full)
-        return ", ".join(f"{k}={v}" for k, v in full.items()) or "the default case"
+        return describe_params(full) or "the default case"
 
 
 def unpack(result: Any, names: tuple[str, ...], function: str) -> tuple[Any, ...]:

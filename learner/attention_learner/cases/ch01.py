@@ -2,92 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from attention_learner.conventions import numpy_case
 from attention_learner.inputs import normal
-from attention_learner.spec import Arrays, Case, Inputs
+from attention_learner.spec import Arrays, Case, Inputs, describe_params, describe_scale
 
-# ---------------------------------------------------------------- NumPy conventions
-
-CONVENTION_LABELS = {
-    "float64": "whether every output is float64",
-    "unchanged": "whether the input arrays were left unmodified",
-}
-
-
-def is_float64(value: Any) -> bool:
-    """True for a float64 array or tensor, a Python float, or a tuple or list of those."""
-    if isinstance(value, tuple | list) and any(hasattr(v, "dtype") for v in value):
-        return all(is_float64(v) for v in value)
-    dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        dtype = np.asarray(value).dtype
-    return str(dtype) in ("float64", "torch.float64")
-
-
-def numpy_conventions(adapter: Callable[[Any, Inputs], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    """A NumPy exercise's call adapter that also reports two conventions as raw facts.
-
-    "float64": whether everything the learner's function returned is float64 (a float32
-    result loses precision the later chapters rely on); "unchanged": whether every input
-    array is bit-for-bit what it was before the call (an in-place update such as
-    ``z -= z.max()`` corrupts the caller's data).
-    """
-
-    def call(fn: Any, inputs: Inputs) -> dict[str, Any]:
-        before = {k: v.copy() for k, v in inputs.items() if isinstance(v, np.ndarray)}
-        returned: list[Any] = []
-
-        def spy(*args: Any, **kwargs: Any) -> Any:  # sees the return value before conversion
-            result = fn(*args, **kwargs)
-            returned.append(result)
-            return result
-
-        outputs = dict(adapter(spy, inputs))
-        unchanged = all(np.array_equal(inputs[k], v, equal_nan=True) for k, v in before.items())
-        float64 = all(is_float64(r) for r in returned)
-        return {**outputs, "float64": np.array(float64), "unchanged": np.array(unchanged)}
-
-    call.__doc__ = adapter.__doc__
-    return call
-
-
-def convention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
-    """Plain sentences for a broken convention (only when the reported fact shows it)."""
-    hints = []
-    if "float64" in got and not bool(got["float64"]):
-        hints.append(
-            "An output is not float64 (float32 or an integer type?): NumPy exercises return "
-            "float64 arrays, so compute in float64 (no np.float32, no float32 tensors)."
-        )
-    if "unchanged" in got and not bool(got["unchanged"]):
-        hints.append(
-            "Your function modified one of its input arrays in place (e.g. z -= ..., z[...] = "
-            "..., np.exp(z, out=z)): the caller's arrays must stay as they were; write "
-            "z = z - ... or work on a copy."
-        )
-    return hints
-
-
-def numpy_case(case: Case) -> Case:
-    """``case`` with the NumPy conventions checked: float64 outputs, inputs left unmodified."""
-    hints = case.hints
-
-    def all_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
-        own = hints(inputs, expected, got) if hints is not None else []
-        return own + convention_hints(inputs, expected, got)
-
-    return dataclasses.replace(
-        case,
-        call=numpy_conventions(case.call),
-        hints=all_hints,
-        labels={**case.labels, **CONVENTION_LABELS},
-    )
+# ---------------------------------------------------------------- the weights
 
 
 def rnn_weights(rng: np.random.Generator, d_in: int, d_h: int, weight_scale: float) -> Inputs:
@@ -97,10 +21,6 @@ def rnn_weights(rng: np.random.Generator, d_in: int, d_h: int, weight_scale: flo
         "W_hh": normal(rng, d_h, d_h, scale=weight_scale / math.sqrt(d_h)),  # (d_h, d_h)
         "b": normal(rng, d_h, scale=0.5),  # (d_h,)
     }
-
-
-def _sizes(p: dict[str, Any], keys: tuple[str, ...]) -> str:
-    return ", ".join(f"{k}={p[k]}" for k in keys)
 
 
 # ---------------------------------------------------------------- rnn_step
@@ -123,10 +43,8 @@ def make_step_inputs(
 
 
 def describe_step(p: dict[str, Any]) -> str:
-    text = f"batch {tuple(p['batch'])}, " + _sizes(p, ("d_in", "d_h"))
-    if p["input_scale"] != 1.0:
-        text += f", inputs scaled by {p['input_scale']:g}"
-    return text
+    sizes = describe_params(p, ("d_in", "d_h"))
+    return f"batch {tuple(p['batch'])}, {sizes}" + describe_scale(p["input_scale"], "inputs")
 
 
 def state_range_hint(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
@@ -192,7 +110,7 @@ def make_jacobian_inputs(
 
 
 def describe_jacobian(p: dict[str, Any]) -> str:
-    sizes = _sizes(p, ("T", "d_in", "d_h", "gain", "input_scale"))
+    sizes = describe_params(p, ("T", "d_in", "d_h", "gain", "input_scale"))
     return f"states H and a recurrent matrix W_hh with {sizes}"
 
 
@@ -220,7 +138,7 @@ CASES = [
         name="rnn_forward",
         make_inputs=make_forward_inputs,
         call=lambda fn, i: {"H": fn(i["X"], i["h0"], i["W_xh"], i["W_hh"], i["b"])},
-        describe=lambda p: _sizes(p, ("T", "d_in", "d_h", "weight_scale", "input_scale")),
+        describe=lambda p: describe_params(p, ("T", "d_in", "d_h", "weight_scale", "input_scale")),
         hints=forward_hints,
     ),
     Case(

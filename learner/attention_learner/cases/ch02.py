@@ -7,14 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from attention_learner.cases.ch01 import numpy_case
+from attention_learner.conventions import numpy_case
 from attention_learner.inputs import normal
-from attention_learner.spec import Arrays, Case, unpack
-
-
-def _scaled_text(params: dict[str, Any], key: str = "logit_scale", what: str = "queries") -> str:
-    scale = params[key]
-    return f", {what} scaled by {scale:g}" if scale != 1.0 else ""
+from attention_learner.spec import Arrays, Case, describe_params, describe_scale, unpack
 
 
 def nan_hint(got: Arrays, key: str, what: str) -> list[str]:
@@ -28,9 +23,7 @@ def nan_hint(got: Arrays, key: str, what: str) -> list[str]:
     return []
 
 
-def sums_hint(
-    got: Arrays, key: str, what: str, expected_shape: tuple[int, ...], axis: int = -1
-) -> list[str]:
+def sums_hint(got: Arrays, key: str, what: str, expected_shape: tuple[int, ...], axis: int = -1) -> list[str]:
     """Softmax weights must sum to 1 along ``axis``."""
     value = got.get(key)
     if value is None or value.shape != expected_shape or not np.isfinite(value).all():
@@ -58,7 +51,7 @@ def describe_query(params: dict[str, Any], with_values: bool = True) -> str:
     sizes = f"n={params['n']} keys, d={params['d']}"
     if with_values:
         sizes += f", d_v={params['d_v']}"
-    return sizes + _scaled_text(params, what="the query")
+    return sizes + describe_scale(params["logit_scale"], "the query")
 
 
 def scores_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
@@ -92,8 +85,7 @@ def call_softmax(fn: Any, i: dict[str, Any]) -> dict[str, Any]:
 
 def describe_softmax(params: dict[str, Any]) -> str:
     text = f"z of shape {tuple(params['shape'])}, axis={params['axis']}"
-    if params["logit_scale"] != 1.0:
-        text += f", logits scaled by {params['logit_scale']:g}"
+    text += describe_scale(params["logit_scale"], "logits")
     if params["shift"] != 0.0:
         text += f", every logit shifted by {params['shift']:g}"
     return text
@@ -140,10 +132,6 @@ def make_projection_inputs(
     }
 
 
-def _qkv(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> Arrays:
-    return {"Q": Q, "K": K, "V": V}
-
-
 def call_project(fn: Any, i: dict[str, Any]) -> dict[str, Any]:
     Q, K, V = unpack(fn(i["X"], i["W_q"], i["W_k"], i["W_v"]), ("Q", "K", "V"), "project_qkv")
     return {"Q": Q, "K": K, "V": V}
@@ -169,8 +157,8 @@ def make_attention_inputs(
 
 
 def describe_attention(params: dict[str, Any]) -> str:
-    sizes = ", ".join(f"{k}={params[k]}" for k in ("n_q", "n_k", "d_k", "d_v"))
-    return sizes + _scaled_text(params)
+    sizes = describe_params(params, ("n_q", "n_k", "d_k", "d_v"))
+    return sizes + describe_scale(params["logit_scale"], "queries")
 
 
 def call_attention(fn: Any, i: dict[str, Any]) -> Arrays:
@@ -179,7 +167,7 @@ def call_attention(fn: Any, i: dict[str, Any]) -> Arrays:
     return {"output": output, "weights": weights}
 
 
-def attention_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+def unscaled_attention_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
     return nan_hint(got, "weights", "the weights") or sums_hint(
         got, "weights", "Each query's weights", expected["weights"].shape
     )
@@ -211,14 +199,14 @@ CASES = [
         name="project_qkv",
         make_inputs=make_projection_inputs,
         call=call_project,
-        describe=lambda p: ", ".join(f"{k}={p[k]}" for k in ("n", "d_model", "d_k", "d_v")),
+        describe=lambda p: describe_params(p, ("n", "d_model", "d_k", "d_v")),
     ),
     Case(
         name="dot_product_attention",
         make_inputs=make_attention_inputs,
         call=call_attention,
         describe=describe_attention,
-        hints=attention_hints,
+        hints=unscaled_attention_hints,
     ),
 ]
 CASES = [numpy_case(case) for case in CASES]  # every exercise of this chapter is NumPy

@@ -8,9 +8,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_learner.cases.ch01 import numpy_case
+from attention_learner.attention_hints import attention_hints
+from attention_learner.conventions import numpy_case
 from attention_learner.inputs import attention_mask, describe_mask, normal
-from attention_learner.spec import Arrays, Case, Inputs, unpack
+from attention_learner.spec import Arrays, Case, Inputs, describe_scale, unpack
+from attention_learner.torch_cases import backward, tensor
 
 # ---------------------------------------------------------------- attention cases
 
@@ -78,37 +80,7 @@ def describe_attention(p: dict[str, Any]) -> str:
         f"batch {tuple(p['batch'])}, n_q={p['n_q']}, n_k={p['n_k']}, d_k={p['d_k']}, "
         f"d_v={p['d_v']}, {describe_mask(p['mask'])}"
     )
-    if p["logit_scale"] != 1.0:
-        text += f", queries scaled by {p['logit_scale']:g}"
-    return text + EXTREMES[p["extreme"]]
-
-
-def attention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
-    """Extra sentences: NaN on fully masked rows, underflowed rows, rows that do not sum to 1."""
-    hints = []
-    mask = inputs.get("mask")
-    weights = got.get("weights")
-    if weights is None or weights.shape != expected["weights"].shape:
-        return hints
-    if mask is None:
-        mask = np.ones(weights.shape, dtype=bool)
-    empty = ~np.broadcast_to(mask, weights.shape).any(axis=-1)  # (..., n_q)
-    lost = ~empty & (np.isnan(weights).any(axis=-1) | (np.nansum(np.abs(weights), axis=-1) == 0))
-    if lost.any():
-        hints.append(
-            f"{int(lost.sum())} queries that may see some key got NaN or all-zero weights, so "
-            "every exp() of their row underflowed to 0: subtract from each query's scores the "
-            "maximum of that query's own visible scores (after masking, axis=-1, keepdims)."
-        )
-    if empty.any() and np.isnan(weights[empty]).any():
-        hints.append(
-            "Rows whose keys are all masked came out NaN (a softmax of all -inf is 0/0): "
-            "give those rows zero weights and a zero output."
-        )
-    row_sums = np.nansum(weights, axis=-1)[~empty]
-    if row_sums.size and not np.allclose(row_sums, 1.0, atol=1e-6):
-        hints.append("The weights of each query should sum to 1 over the keys (last axis).")
-    return hints
+    return text + describe_scale(p["logit_scale"], "queries") + EXTREMES[p["extreme"]]
 
 
 def call_attention_numpy(fn: Any, inputs: Inputs) -> dict[str, Any]:
@@ -120,31 +92,19 @@ def call_attention_numpy(fn: Any, inputs: Inputs) -> dict[str, Any]:
 # ---------------------------------------------------------------- the PyTorch version
 
 
-def attention_tensors(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
-    """Q, K, V as float64 leaves that collect gradients, and the mask as a bool tensor."""
-    q, k, v = (torch.tensor(inputs[n], dtype=torch.float64, requires_grad=True) for n in "QKV")
-    mask = None if inputs["mask"] is None else torch.tensor(inputs["mask"])
-    return q, k, v, mask
+def attention_tensors(inputs: Inputs) -> dict[str, torch.Tensor]:
+    """Q, K, V as float64 leaves that collect gradients."""
+    return {name: tensor(inputs[name], grad=True) for name in "QKV"}
 
 
-def attention_backward(out: torch.Tensor, inputs: Inputs, q, k, v) -> dict[str, torch.Tensor]:
-    """Gradients of sum(out * G) with respect to Q, K and V (zeros where out ignores one)."""
-    (out * torch.tensor(inputs["G"])).sum().backward()
-    return {
-        f"d{name}": torch.zeros_like(t) if t.grad is None else t.grad
-        for name, t in (("Q", q), ("K", k), ("V", v))
-    }
-
-
-def _learner_torch_attention(fn: Any, inputs: Inputs):
-    q, k, v, mask = attention_tensors(inputs)
-    result = fn(q, k, v, mask)
+def _learner_torch_attention(fn: Any, inputs: Inputs) -> tuple[Any, Any, Arrays]:
+    """The learner's output and weights, and the gradients of sum(output * G) ({} when the
+    output's shape is wrong: its comparison says what is wrong)."""
+    tensors = attention_tensors(inputs)
+    result = fn(*tensors.values(), tensor(inputs["mask"]))
     out, weights = unpack(result, ("output", "weights"), "scaled_dot_product_attention_torch")
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise TypeError("the output should be a tensor that carries gradients back to Q, K, V")
-    if tuple(out.shape) != inputs["G"].shape:
-        return out, weights, {}  # the comparison of the output's shape says what is wrong
-    return out, weights, attention_backward(out, inputs, q, k, v)
+    grads = backward(out, inputs["G"], tensors, "scaled_dot_product_attention_torch")
+    return out, weights, grads
 
 
 def call_attention_torch(fn: Any, inputs: Inputs) -> dict[str, Any]:

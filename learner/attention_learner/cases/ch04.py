@@ -1,99 +1,22 @@
 """Chapter 4 cases: split_heads, merge_heads and the MultiHeadAttention module.
 
-Modules are run with explicit weights: every case draws its own parameters, loads them into
-the learner's module by the contract's submodule names (W_q, W_k, W_v, W_o) and runs it in
-float64, so that nothing depends on a seed, on the order of initialisation or on dropout.
+MultiHeadAttention is run with explicit weights (``attention_learner.torch_cases``): every case
+draws its own parameters, loads them into the learner's module by the contract's submodule
+names (W_q, W_k, W_v, W_o) and runs it in float64.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from attention_learner.cases.ch03 import attention_hints
+from attention_learner.attention_hints import attention_hints
 from attention_learner.inputs import attention_mask, describe_mask, normal
-from attention_learner.spec import Arrays, Case, unpack
-
-State = dict[str, np.ndarray]
-
-# ---------------------------------------------------------------- explicit weights
-
-
-def linear_state(rng: np.random.Generator, name: str, d_in: int, d_out: int) -> State:
-    """Weights of an ``nn.Linear(d_in, d_out)`` called ``name``, in its layout (weight = W.T).
-
-    Entries are N(0, 1/d_in), so that activations stay of order one.
-    """
-    return {
-        f"{name}.weight": normal(rng, d_out, d_in, scale=1.0 / math.sqrt(d_in)),  # (d_out, d_in)
-        f"{name}.bias": normal(rng, d_out, scale=0.1),  # (d_out,)
-    }
-
-
-def mha_state(rng: np.random.Generator, d_model: int, prefix: str = "", bias: bool = True) -> State:
-    """Explicit weights for a MultiHeadAttention whose parameters are named ``prefix + W_q ...``
-    (without the biases when ``bias`` is False)."""
-    state: State = {}
-    for name in ("W_q", "W_k", "W_v", "W_o"):
-        linear = linear_state(rng, prefix + name, d_model, d_model)
-        state.update({k: v for k, v in linear.items() if bias or not k.endswith(".bias")})
-    return state
-
-
-def load_weights(module: nn.Module, state: State, contract: str) -> None:
-    """Copy ``state`` into ``module``'s parameters by name, explaining what is missing."""
-    what = type(module).__name__
-    params = dict(module.named_parameters())
-    for name, value in state.items():
-        if name not in params:
-            raise AttributeError(
-                f"{what} has no parameter {name!r}. The contract names its submodules {contract}."
-            )
-        if tuple(params[name].shape) != value.shape:
-            raise ValueError(
-                f"{what}'s parameter {name} has shape {tuple(params[name].shape)}, expected {value.shape}"
-            )
-        with torch.no_grad():
-            params[name].copy_(torch.from_numpy(value))
-
-
-def build_module(
-    cls: Any, args: Sequence[int], state: State, contract: str, **kwargs: Any
-) -> nn.Module:
-    """``cls(*args, **kwargs)`` in float64 with the explicit weights ``state`` loaded."""
-    module = cls(*args, **kwargs)
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"{cls!r} should be an nn.Module class, it built a {type(module).__name__}")
-    module = module.double()
-    load_weights(module, state, contract)
-    return module
-
-
-def tensor(array: np.ndarray | None, grad: bool = False) -> torch.Tensor | None:
-    """A float64 (or bool) tensor of a case's array; None stays None."""
-    if array is None:
-        return None
-    if array.dtype == bool:
-        return torch.from_numpy(array.copy())
-    return torch.tensor(array, dtype=torch.float64, requires_grad=grad)
-
-
-def backward(out: Any, upstream: np.ndarray, inputs: dict[str, torch.Tensor], what: str) -> Arrays:
-    """Gradients of sum(out * upstream) with respect to each tensor of ``inputs``."""
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise TypeError(f"{what} should return a tensor that carries gradients back to its inputs")
-    if tuple(out.shape) != upstream.shape:
-        return {}  # the shape comparison of the output says what is wrong
-    (out * torch.from_numpy(upstream)).sum().backward()
-    return {  # an input the output does not depend on has a zero gradient
-        f"d{name}": torch.zeros_like(t) if t.grad is None else t.grad for name, t in inputs.items()
-    }
-
+from attention_learner.spec import Arrays, Case, describe_scale, unpack
+from attention_learner.torch_cases import backward, build_module, mha_state, size_mismatch_note, tensor
 
 # ---------------------------------------------------------------- split_heads and merge_heads
 
@@ -183,21 +106,20 @@ def describe_mha(params: dict[str, Any]) -> str:
         f"batch {params['batch']}, n_q={params['n_q']}, n_k={params['n_k']}, "
         f"num_heads={h}, d_head={d_head} (d_model={h * d_head}), "
         f"{describe_mask(params['mask'])}"
-    )
-    if params["logit_scale"] != 1.0:
-        text += f", queries scaled by {params['logit_scale']:g}"
+    ) + describe_scale(params["logit_scale"], "queries")
     if not params["bias"]:
         text += ", built with bias=False"
     return text
 
 
-def _d_model(inputs: dict[str, Any]) -> int:
+def mha_d_model(inputs: dict[str, Any]) -> int:
+    """The model width of a MultiHeadAttention case: num_heads * d_head."""
     return inputs["query"].shape[-1]
 
 
 def build_mha(cls: Any, inputs: dict[str, Any]) -> nn.Module:
     """The module ``cls(d_model, num_heads)`` (``bias=False`` passed when the case says so)."""
-    args = (_d_model(inputs), inputs["num_heads"])
+    args = (mha_d_model(inputs), inputs["num_heads"])
     if inputs.get("bias", True):
         return build_module(cls, args, inputs["state"], MHA_CONTRACT)
     return build_module(cls, args, inputs["state"], MHA_CONTRACT, bias=False)
@@ -209,11 +131,6 @@ def projection_biases(module: nn.Module) -> int:
         isinstance(getattr(getattr(module, name, None), "bias", None), torch.Tensor)
         for name in ("W_q", "W_k", "W_v", "W_o")
     )
-
-
-def size_mismatch_note(exc: RuntimeError, lengths: str, cause: str) -> RuntimeError:
-    """torch's size error, with the classic cause of it in this exercise."""
-    return RuntimeError(f"{exc}\n({lengths}: if the sizes above mix these up, it may be {cause}.)")
 
 
 def call_mha(cls: Any, inputs: dict[str, Any]) -> Arrays:

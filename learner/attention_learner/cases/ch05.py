@@ -18,7 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from attention_learner.cases.ch04 import (
+from attention_learner.inputs import normal
+from attention_learner.spec import Arrays, Case, Inputs, unpack
+from attention_learner.torch_cases import (
     backward,
     build_module,
     linear_state,
@@ -26,8 +28,6 @@ from attention_learner.cases.ch04 import (
     size_mismatch_note,
     tensor,
 )
-from attention_learner.inputs import normal
-from attention_learner.spec import Arrays, Case, Inputs, unpack
 
 # ---------------------------------------------------------------- causal_mask and padding_mask
 
@@ -112,6 +112,12 @@ def make_encoder_inputs(
     }
 
 
+def decoder_cut(n_tgt: int, cut: int | None) -> int:
+    """The last target position that must not move when later ones change (the middle one
+    when ``cut`` is None)."""
+    return n_tgt // 2 if cut is None else cut
+
+
 def make_decoder_inputs(
     rng: np.random.Generator,
     batch: int = 2,
@@ -134,7 +140,7 @@ def make_decoder_inputs(
         "memory_pad_mask": _mask_of(src_lengths, n_src),  # (B, n_src) or None
         "y_changed": normal(rng, batch, n_tgt, d_model),  # replaces y after position `cut`
         "memory_changed": normal(rng, batch, n_src, d_model),  # replaces padded memory
-        "cut": n_tgt // 2 if cut is None else cut,
+        "cut": decoder_cut(n_tgt, cut),
         "state": layer_state(rng, d_model, d_ff, ("self_attn", "cross_attn"), norms=3),
         "args": (d_model, num_heads, d_ff),
         "G": normal(rng, batch, n_tgt, d_model),  # upstream gradient
@@ -332,10 +338,6 @@ def decoder_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list
     return []
 
 
-def _cut(p: dict[str, Any]) -> int:
-    return p["n_tgt"] // 2 if p["cut"] is None else p["cut"]
-
-
 make_padded_encoder_inputs = partial(make_encoder_inputs, padded=True)
 make_padded_decoder_inputs = partial(make_decoder_inputs, padded=True)
 
@@ -399,7 +401,10 @@ CASES = [
         name="DecoderLayer__causality",
         make_inputs=make_decoder_inputs,
         call=call_decoder_causality,
-        describe=lambda p: f"changing the target tokens after position {_cut(p)}, " + describe_decoder(p),
+        describe=lambda p: (
+            f"changing the target tokens after position {decoder_cut(p['n_tgt'], p['cut'])}, "
+            + describe_decoder(p)
+        ),
         hints=causality_hints,
         derive=derive_causality,
     ),

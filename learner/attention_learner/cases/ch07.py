@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_learner.cases.ch04 import build_module, mha_state, tensor
 from attention_learner.inputs import attention_mask, describe_mask, normal
 from attention_learner.spec import Arrays, Case, unpack
+from attention_learner.torch_cases import build_module, mha_state, tensor
 
 # ---------------------------------------------------------------- online softmax
 
@@ -49,14 +49,14 @@ def make_online_inputs(
 
 
 def describe_online(params: dict[str, Any]) -> str:
-    n_k, block = params.get("n_k", 7), params.get("block_size", 3)
+    n_k, block = params["n_k"], params["block_size"]
     blocks = f"{-(-n_k // block)} block(s)" + (f", the last of {n_k % block}" if n_k % block else "")
     text = (
-        f"batch {tuple(params.get('batch', ()))}, n_q={params.get('n_q', 3)}, n_k={n_k}, "
-        f"d_k={params.get('d_k', 5)}, d_v={params.get('d_v', 2)}, block_size={block} ({blocks}), "
-        f"{describe_mask(params.get('mask'))}"
+        f"batch {tuple(params['batch'])}, n_q={params['n_q']}, n_k={n_k}, "
+        f"d_k={params['d_k']}, d_v={params['d_v']}, block_size={block} ({blocks}), "
+        f"{describe_mask(params['mask'])}"
     )
-    if params.get("logit_scale", 1.0) != 1.0:
+    if params["logit_scale"] != 1.0:
         text += f", scores of order +-{params['logit_scale']:g}"
     return text
 
@@ -117,9 +117,9 @@ def make_cache_inputs(
 
 def describe_cache(params: dict[str, Any]) -> str:
     return (
-        f"batch {params.get('batch', 2)}, num_heads={params.get('num_heads', 3)}, "
-        f"d_k={params.get('d_k', 4)}, d_v={params.get('d_v', 5)}, appending chunks of "
-        f"{list(params.get('chunks', (3, 1, 2)))} positions"
+        f"batch {params['batch']}, num_heads={params['num_heads']}, "
+        f"d_k={params['d_k']}, d_v={params['d_v']}, appending chunks of "
+        f"{list(params['chunks'])} positions"
     )
 
 
@@ -167,8 +167,10 @@ def cache_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[s
     if got.get("length_before") is not None and np.any(got["length_before"] != 0):
         hints.append("A new KVCache should be empty: len(cache) == 0 before the first append.")
     lengths = got.get("lengths")
-    if lengths is not None and lengths.shape == expected["lengths"].shape and not np.array_equal(
-        lengths, expected["lengths"]
+    if (
+        lengths is not None
+        and lengths.shape == expected["lengths"].shape
+        and not np.array_equal(lengths, expected["lengths"])
     ):
         hints.append(
             f"len(cache) after each append was {lengths.astype(int).tolist()}, expected "
@@ -204,10 +206,10 @@ def make_cached_inputs(
 
 
 def describe_cached(params: dict[str, Any]) -> str:
-    h, d_head = params.get("num_heads", 3), params.get("d_head", 4)
-    chunks = list(params.get("chunks", (3, 1, 1)))
+    h, d_head = params["num_heads"], params["d_head"]
+    chunks = list(params["chunks"])
     return (
-        f"batch {params.get('batch', 2)}, num_heads={h}, d_head={d_head} (d_model={h * d_head}), "
+        f"batch {params['batch']}, num_heads={h}, d_head={d_head} (d_model={h * d_head}), "
         f"a sequence of {sum(chunks)} tokens fed in chunks of {chunks}"
     )
 
