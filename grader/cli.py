@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader import decline_iri_checker
 from grader.paths import SOLUTIONS
+
+if TYPE_CHECKING:  # only the autograde command imports the sandbox
+    from grader.autograde.sandbox import Executor, Isolation
 
 
 def _positive(kind):
@@ -58,90 +64,105 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class UsageError(Exception):
+    """A problem with the command's input: printed as ``error: ...``, exit status 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; 0 on success, 1 when a checked notebook fails a test, 2 on bad input."""
     decline_iri_checker()
     args = build_parser().parse_args(argv)
-    if args.command == "release":
-        from grader.release import release
+    command = {"release": _release, "check": _check, "autograde": _autograde}[args.command]
+    try:
+        return command(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
-        for path in release(args.assignments or None):
-            print(f"wrote {path}")
-        return 0
-    if args.command == "check":
-        from grader.selfcheck import check_notebook, format_report
 
-        if not args.notebook.is_file():
-            print(f"error: {args.notebook} is not a file", file=sys.stderr)
-            return 2
-        from grader.autograde.submissions import InvalidNotebook
+def _release(args: argparse.Namespace) -> int:
+    from grader.release import release
 
-        try:
-            outcomes = check_notebook(args.notebook, timeout=args.timeout)
-        except InvalidNotebook as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(format_report(args.notebook, outcomes))
-        return 0 if all(o.passed for o in outcomes) else 1
-    if args.command == "autograde":
-        for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
-            if not folder.is_dir():
-                print(f"error: the {what} {folder} is not a directory", file=sys.stderr)
-                return 2
-        start = time.monotonic()
-        from grader.autograde.sandbox import (
-            ForkServer,
-            IsolationUnavailable,
-            choose_isolation,
-            grading_config,
-        )
+    for path in release(args.assignments or None):
+        print(f"wrote {path}")
+    return 0
 
-        try:
-            isolation = choose_isolation(args.accept_weak_isolation)
-        except IsolationUnavailable as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        import tempfile
 
-        work = Path(tempfile.mkdtemp(prefix="attention-grading-"))
-        secrets = [args.submitted, args.out, args.source, work]
-        if args.db and args.db.startswith("sqlite:///"):
-            secrets.append(Path(args.db[len("sqlite:///"):]))
-        workers = args.workers
-        if args.scheduler:  # the same pipeline; the jobs run on the cluster's workers
-            try:
-                from grader.autograde.distributed import DaskExecutor
+def _check(args: argparse.Namespace) -> int:
+    from grader.autograde.submissions import InvalidNotebook
+    from grader.selfcheck import check_notebook, format_report
 
-                server = DaskExecutor(args.scheduler, grading_config(isolation, secrets))
-                # one notebook per worker thread: none waits in a worker's own queue, where
-                # a poison notebook that kills the worker would take it down with it
-                workers = workers or server.slots()
-            except (ImportError, OSError, ValueError) as exc:
-                print(f"error: cannot use the Dask scheduler {args.scheduler}: {exc}", file=sys.stderr)
-                import shutil
+    if not args.notebook.is_file():
+        raise UsageError(f"{args.notebook} is not a file")
+    try:
+        outcomes = check_notebook(args.notebook, timeout=args.timeout)
+    except InvalidNotebook as exc:
+        raise UsageError(str(exc)) from exc
+    print(format_report(args.notebook, outcomes))
+    return 0 if all(o.passed for o in outcomes) else 1
 
-                shutil.rmtree(work, ignore_errors=True)
-                return 2
-        else:  # start the server first: its imports overlap with ours below
-            server = ForkServer(grading_config(isolation, secrets))
-        from grader.autograde.pipeline import GradeOptions, SourceError, autograde
-        from grader.nbgrader_course import NbgraderError
 
-        options = GradeOptions(db_url=args.db, workers=workers or os.cpu_count() or 1,
-                               timeout=args.timeout, progress=not args.quiet)
-        try:
-            summary = autograde(args.submitted, args.out, args.source, options=options,
-                                server=server, work=work)
-        except IsolationUnavailable as exc:
-            print(f"error: the grading sandbox cannot start here: {exc}\n"
-                  "rerun with --accept-weak-isolation to grade without confinement", file=sys.stderr)
-            return 2
-        except (SourceError, NbgraderError) as exc:  # the source itself cannot be graded against
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("interrupted: every result written so far is kept; run again to resume",
-                  file=sys.stderr)
-            return 130
-        print(f"{summary.line()} in {time.monotonic() - start:.1f} s; see {args.out}/grades.csv")
-        return 0
-    return 2
+def _autograde(args: argparse.Namespace) -> int:
+    from grader.autograde.sandbox import IsolationUnavailable, choose_isolation
+
+    for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
+        if not folder.is_dir():
+            raise UsageError(f"the {what} {folder} is not a directory")
+    start = time.monotonic()
+    try:
+        isolation = choose_isolation(args.accept_weak_isolation)
+    except IsolationUnavailable as exc:
+        raise UsageError(str(exc)) from exc
+    work = Path(tempfile.mkdtemp(prefix="attention-grading-"))
+    try:
+        server, workers = _start_executor(args, isolation, work)
+    except UsageError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    # imported after the server has started: its own imports overlap with these
+    from grader.autograde.pipeline import GradeOptions, SourceError, autograde
+    from grader.nbgrader_course import NbgraderError
+
+    options = GradeOptions(db_url=args.db, workers=workers or os.cpu_count() or 1,
+                           timeout=args.timeout, progress=not args.quiet)  # fmt: skip
+    try:
+        summary = autograde(args.submitted, args.out, args.source, options=options,
+                            server=server, work=work)  # fmt: skip
+    except IsolationUnavailable as exc:
+        raise UsageError(f"the grading sandbox cannot start here: {exc}\n"
+                         "rerun with --accept-weak-isolation to grade without confinement") from exc
+    except (SourceError, NbgraderError) as exc:  # the source itself cannot be graded against
+        raise UsageError(str(exc)) from exc
+    except KeyboardInterrupt:
+        print("interrupted: every result written so far is kept; run again to resume",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    print(f"{summary.line()} in {time.monotonic() - start:.1f} s; see {args.out}/grades.csv")
+    return 0
+
+
+def _start_executor(
+    args: argparse.Namespace, isolation: Isolation, work: Path
+) -> tuple[Executor, int | None]:
+    """The executor that runs the jobs, and the number of jobs to keep in flight (None: CPUs).
+
+    Everything a child must not see is hidden from it: the submissions, OUT, the source, the
+    private work folder and a SQLite gradebook.
+    """
+    from grader.autograde.sandbox import ForkServer, grading_config
+
+    secrets = [args.submitted, args.out, args.source, work]
+    if args.db and args.db.startswith("sqlite:///"):
+        secrets.append(Path(args.db[len("sqlite:///") :]))
+    config = grading_config(isolation, secrets)
+    if not args.scheduler:
+        return ForkServer(config), args.workers
+    try:  # the same pipeline; the jobs run on the cluster's workers
+        from grader.autograde.distributed import DaskExecutor
+
+        server = DaskExecutor(args.scheduler, config)
+    except (ImportError, OSError, ValueError) as exc:
+        raise UsageError(f"cannot use the Dask scheduler {args.scheduler}: {exc}") from exc
+    # one notebook per worker thread: none waits in a worker's own queue, where a poison
+    # notebook that kills the worker would take it down with it
+    return server, args.workers or server.slots()

@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,60 +308,83 @@ def _grade_all(run: Run, todo: list[tuple[Submission, str]], options: GradeOptio
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), unit="sub", disable=not options.progress, file=sys.stderr,
-               dynamic_ncols=True)
-    upcoming = iter(todo)
-    pending: dict[str, tuple[SubmissionResult, list[NotebookJob]]] = {}  # job id -> its submission
-    queue: list[NotebookJob] = []
-    running = 0
-
-    def prepare_next() -> bool:
-        step = next(upcoming, None)
-        if step is None:
-            return False
-        sub, fingerprint = step
-        src = run.sources[sub.assignment]
-        result = SubmissionResult(sub.student, sub.assignment, fingerprint, run.isolation,
-                                  notes=list(sub.notes) + src.warnings)
-        if run.isolation == Isolation.WEAK:
-            result.flags.append("graded with weak isolation (the instructor accepted it): the "
-                                "submission's code was not confined; see SECURITY.md")
-        try:
-            jobs = _prepare(run, sub, src, result)
-        except Exception as exc:  # one odd submission must not stop the class
-            result.status, jobs = Status.INVALID, []
-            result.message = f"could not be prepared: {type(exc).__name__}: {exc}"
-        if jobs:
-            for job in jobs:
-                pending[job.job.id] = (result, jobs)
-            queue.extend(jobs)
-        else:
-            _finish_safely(run, sub, result, [], summary)
-            bar.update(1)
-        return True
-
+               dynamic_ncols=True)  # fmt: skip
+    flight = _InFlight(run, todo, summary, bar.update)
     try:
         more = True
         while True:
-            while more and len(queue) < options.workers:
-                more = prepare_next()
-            while queue and running < options.workers:
-                run.server.submit(queue.pop(0).job)
-                running += 1
-            if more and len(queue) < options.workers:
-                more = prepare_next()  # ahead of time, while the children run
-            if not running:
-                if more or queue:
+            while more and len(flight.queue) < options.workers:
+                more = flight.prepare_next()
+            flight.start(options.workers)
+            if more and len(flight.queue) < options.workers:
+                more = flight.prepare_next()  # ahead of time, while the children run
+            if not flight.running:
+                if more or flight.queue:
                     continue
                 break
-            for finished in run.server.wait():
-                running -= 1
-                result, jobs = pending.pop(finished.job.id)
-                next(j for j in jobs if j.job.id == finished.job.id).finished = finished
-                if all(j.finished is not None for j in jobs):
-                    _finish_safely(run, jobs[0].submission, result, jobs, summary)
-                    bar.update(1)
+            flight.collect()
     finally:
         bar.close()
+
+
+class _InFlight:
+    """The run's submissions between preparation and their results: jobs queued for the
+    server, jobs running, and the submission each job belongs to."""
+
+    def __init__(self, run: Run, todo: list[tuple[Submission, str]], summary: Summary,
+                 done: Callable[[int], object]) -> None:  # fmt: skip
+        self.run, self.summary, self.done = run, summary, done
+        self.upcoming = iter(todo)
+        self.pending: dict[str, tuple[SubmissionResult, list[NotebookJob]]] = {}  # by job id
+        self.queue: list[NotebookJob] = []
+        self.running = 0
+
+    def prepare_next(self) -> bool:
+        """Prepare the next submission's jobs (or finish it at once); False when none is left."""
+        step = next(self.upcoming, None)
+        if step is None:
+            return False
+        sub, fingerprint = step
+        result = _new_result(self.run, sub, fingerprint)
+        try:
+            jobs = _prepare(self.run, sub, self.run.sources[sub.assignment], result)
+        except Exception as exc:  # one odd submission must not stop the class
+            result.status, jobs = Status.INVALID, []
+            result.message = f"could not be prepared: {type(exc).__name__}: {exc}"
+        for job in jobs:
+            self.pending[job.job.id] = (result, jobs)
+        self.queue.extend(jobs)
+        if not jobs:
+            _finish_safely(self.run, sub, result, [], self.summary)
+            self.done(1)
+        return True
+
+    def start(self, workers: int) -> None:
+        """Hand queued jobs to the server until ``workers`` of them run."""
+        while self.queue and self.running < workers:
+            self.run.server.submit(self.queue.pop(0).job)
+            self.running += 1
+
+    def collect(self) -> None:
+        """Wait for finished jobs; finish each submission whose jobs have all come back."""
+        for finished in self.run.server.wait():
+            self.running -= 1
+            result, jobs = self.pending.pop(finished.job.id)
+            next(j for j in jobs if j.job.id == finished.job.id).finished = finished
+            if all(j.finished is not None for j in jobs):
+                _finish_safely(self.run, jobs[0].submission, result, jobs, self.summary)
+                self.done(1)
+
+
+def _new_result(run: Run, sub: Submission, fingerprint: str) -> SubmissionResult:
+    """The result record a submission starts with: its notes and the run's isolation."""
+    src = run.sources[sub.assignment]
+    result = SubmissionResult(sub.student, sub.assignment, fingerprint, run.isolation,
+                              notes=list(sub.notes) + src.warnings)  # fmt: skip
+    if run.isolation == Isolation.WEAK:
+        result.flags.append("graded with weak isolation (the instructor accepted it): the "
+                            "submission's code was not confined; see SECURITY.md")  # fmt: skip
+    return result
 
 
 def _prepare(run: Run, sub: Submission, src: SourceAssignment,
