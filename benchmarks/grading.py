@@ -54,7 +54,7 @@ def _cell(nb: nbformat.NotebookNode, grade_id: str) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
             return cell
-    raise KeyError(f"{SOURCE.name} has no cell {grade_id!r}: update benchmarks/_submissions.py")
+    raise KeyError(f"{SOURCE.name} has no cell {grade_id!r}: update this file's VARIANTS")
 
 
 def _edit(nb: nbformat.NotebookNode, grade_id: str, old: str, new: str) -> None:
@@ -62,7 +62,7 @@ def _edit(nb: nbformat.NotebookNode, grade_id: str, old: str, new: str) -> None:
     if old not in cell.source:
         raise ValueError(
             f"cell {grade_id!r} of {SOURCE.name} no longer contains {old!r}: "
-            "update the variant in benchmarks/_submissions.py"
+            "update the variant in this file's VARIANTS"
         )
     cell.source = cell.source.replace(old, new)
 
@@ -241,6 +241,56 @@ def compare(students: list[tuple[str, str]], theirs: dict, mine: dict) -> list[s
     return problems
 
 
+def test_cells(scores: dict[str, dict[str, float]]) -> list[str]:
+    """The grade ids of the test cells that a gradebook's scores name (all but "score")."""
+    return sorted({k for row in scores.values() for k in row} - {"score"})
+
+
+def print_report(students: list[tuple[str, str]], theirs: dict, mine: dict, workers: int,
+                 same_run: tuple[int, float, float], scale_run: tuple[int, float | None]) -> None:
+    """The scores per variant, the timing table and the speed-ups.
+
+    ``same_run`` is (N, nbgrader's seconds, ours) on the same N submissions; ``scale_run``
+    (M, ours on M submissions, or None when not run).
+    """
+    n, t_nbgrader, t_ours = same_run
+    scale, t_scale = scale_run
+    tests = test_cells(theirs)
+    print()
+    print("Scores per variant (nbgrader = ours unless marked)")
+    seen = set()
+    for student, variant in students:
+        if variant in seen or student not in theirs or student not in mine:
+            continue
+        seen.add(variant)
+        a, b = theirs[student], mine[student]
+        same = all(abs(a.get(k, -1) - b.get(k, -2)) < 1e-6 for k in ["score", *tests])
+        print(f"  {variant:<11} {a['score']:>5g} / {b['score']:<5g}"
+              f"{'' if same else '   DIFFERENT'}  "
+              + " ".join(f"{a.get(t, 0):g}" for t in tests))
+    print(f"  (per test: {', '.join(tests)})")
+    print()
+    rows = [("nbgrader autograde (sequential)", n, t_nbgrader),
+            (f"python -m grader autograde (--workers {workers})", n, t_ours)]
+    if t_scale is not None:
+        rows.append((f"python -m grader autograde (--workers {workers})", scale, t_scale))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'grader':<{width}}  {'N':>5}  {'total s':>8}  {'s / submission':>14}")
+    print(f"{'-' * width}  {'-' * 5}  {'-' * 8}  {'-' * 14}")
+    for name, count, seconds in rows:
+        print(f"{name:<{width}}  {count:>5}  {seconds:>8.1f}  {seconds / count:>14.3f}")
+    print()
+    print(f"speed-up on the same {n} submissions: {t_nbgrader / t_ours:.1f}x "
+          f"(nbgrader {t_nbgrader / n:.2f} s vs ours {t_ours / n:.3f} s per submission, "
+          f"ours including its start-up)")
+    if t_scale is not None:
+        # nbgrader grades one submission after another, so its cost per submission does not
+        # fall with N; it was not run at this size (it would take many minutes)
+        print(f"at {scale} submissions: ours {t_scale / scale:.3f} s per submission, "
+              f"{t_nbgrader / n / (t_scale / scale):.1f}x below nbgrader's "
+              f"{t_nbgrader / n:.2f} s measured above")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20, help="submissions (default 20)")
@@ -277,44 +327,10 @@ def main(argv: list[str] | None = None) -> int:
             t_scale = ours(big, tmp / "scale-out", args.workers)
             print(f"python -m grader autograde on {scale}: {t_scale:.1f} s", flush=True)
 
-        # ------------------------------------------------------------ the report
-        tests = sorted({k for row in theirs.values() for k in row} - {"score"})
-        print()
-        print("Scores per variant (nbgrader = ours unless marked)")
-        seen = set()
-        for student, variant in students:
-            if variant in seen or student not in theirs or student not in mine:
-                continue
-            seen.add(variant)
-            a, b = theirs[student], mine[student]
-            same = all(abs(a.get(k, -1) - b.get(k, -2)) < 1e-6 for k in ["score", *tests])
-            print(f"  {variant:<11} {a['score']:>5g} / {b['score']:<5g}"
-                  f"{'' if same else '   DIFFERENT'}  "
-                  + " ".join(f"{a.get(t, 0):g}" for t in tests))
-        print(f"  (per test: {', '.join(tests)})")
-        print()
-        rows = [("nbgrader autograde (sequential)", n, t_nbgrader),
-                (f"python -m grader autograde (--workers {args.workers})", n, t_ours)]
-        if t_scale is not None:
-            rows.append((f"python -m grader autograde (--workers {args.workers})", scale, t_scale))
-        width = max(len(r[0]) for r in rows)
-        print(f"{'grader':<{width}}  {'N':>5}  {'total s':>8}  {'s / submission':>14}")
-        print(f"{'-' * width}  {'-' * 5}  {'-' * 8}  {'-' * 14}")
-        for name, count, seconds in rows:
-            print(f"{name:<{width}}  {count:>5}  {seconds:>8.1f}  {seconds / count:>14.3f}")
-        print()
-        print(f"speed-up on the same {n} submissions: {t_nbgrader / t_ours:.1f}x "
-              f"(nbgrader {t_nbgrader / n:.2f} s vs ours {t_ours / n:.3f} s per submission, "
-              f"ours including its start-up)")
-        if t_scale is not None:
-            # nbgrader grades one submission after another, so its cost per submission does not
-            # fall with N; it was not run at this size (it would take many minutes)
-            print(f"at {scale} submissions: ours {t_scale / scale:.3f} s per submission, "
-                  f"{t_nbgrader / n / (t_scale / scale):.1f}x below nbgrader's "
-                  f"{t_nbgrader / n:.2f} s measured above")
+        print_report(students, theirs, mine, args.workers, (n, t_nbgrader, t_ours), (scale, t_scale))
         agreed = n - len({p.split(' ', 1)[0] for p in problems})
         print(f"scores agree on {agreed} of {n} submissions "
-              f"({len(tests)} test cells each, compared one by one)")
+              f"({len(test_cells(theirs))} test cells each, compared one by one)")
         if problems:
             print("DISAGREEMENTS:\n  " + "\n  ".join(problems))
             return 1
