@@ -98,3 +98,14 @@ def test_every_raw_output_is_an_array_of_at_least_one_axis():
         outputs = case.call(REFERENCE[name], inputs)
         for key, value in outputs.items():
             assert to_numpy(value).ndim >= 1, f"{name} (seed {seed}) sends {key} as a 0-d array"
+
+
+def test_descriptions_follow_the_params_that_run():
+    """Sizes in a description come from the params of the case that runs, not from defaults
+    written again by hand."""
+    online = get_case("online_softmax_attention").case_description({"n_k": 9, "block_size": 4})
+    assert "n_k=9" in online and "block_size=4 (3 block(s), the last of 1)" in online
+    cache = get_case("KVCache").case_description({"batch": 1, "d_v": 6, "chunks": [2, 2]})
+    assert cache == "batch 1, num_heads=3, d_k=4, d_v=6, appending chunks of [2, 2] positions"
+    cached = get_case("CachedSelfAttention").case_description({"num_heads": 2, "chunks": (4, 1)})
+    assert "num_heads=2, d_head=4 (d_model=8), a sequence of 5 tokens fed in chunks of [4, 1]" in cached
