@@ -2,7 +2,14 @@
 
 - :mod:`attention_learner.checks`: ``check`` and ``check_close``, the test cells' helpers;
 - :mod:`attention_learner.cases`: every exercise's test cases (inputs, how the learner's code
-  is called, descriptions and hints), without any implementation of an exercise;
+  is called, descriptions and hints), without any implementation of an exercise, one module
+  per chapter, listed in :mod:`attention_learner.registry`;
+- what several chapters' cases share: :mod:`attention_learner.spec` (the ``Case`` record),
+  :mod:`attention_learner.inputs` (random inputs and masks), :mod:`attention_learner.conventions`
+  (the NumPy conventions checked on every NumPy exercise), :mod:`attention_learner.torch_cases`
+  (tensors, gradients and modules of the torch exercises), :mod:`attention_learner.attention_hints`;
+- :mod:`attention_learner.expected` and :mod:`attention_learner.recording`: the shipped
+  expected values, and what a check records when the grader runs it;
 - :mod:`attention_learner.blocks`: the building blocks later chapters give ready-made;
 - ``data/``: the expected values of the visible test cases.
 
