@@ -56,8 +56,8 @@ def _probe(body: str) -> str:
     )
 
 
-def _attacks(paths: dict[str, str], port: int) -> dict[str, str]:
-    """Student name -> the softmax_jacobian cell of that attack."""
+def _confinement_attacks(paths: dict[str, str], port: int) -> dict[str, str]:
+    """Attacks on what the child can see and reach: secrets, files to write, the network."""
     readable = json.dumps([paths[k] for k in ("solutions", "source", "out", "victim_notebook",
                                                "grader", "submitted")])
     writable = json.dumps([paths["out"] + "/grades.csv", paths["out"] + "/gradebook.db",
@@ -109,6 +109,12 @@ def _attacks(paths: dict[str, str], port: int) -> dict[str, str]:
                 except OSError:
                     pass
         """),
+    }
+
+
+def _process_attacks() -> dict[str, str]:
+    """Attacks on the child's own privileges and limits, and processes that try to outlive it."""
+    return {
         "privileges": _probe("""
             for kind in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC,
                          resource.RLIMIT_FSIZE, resource.RLIMIT_CORE):
@@ -147,6 +153,12 @@ def _attacks(paths: dict[str, str], port: int) -> dict[str, str]:
                 os._exit(0)
             os.waitpid(pid, 0)
         """),
+    }
+
+
+def _resource_attacks() -> dict[str, str]:
+    """Attacks on the run itself: stalling it, filling the disk, flooding the report."""
+    return {
         "stall_stop": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n" + JACOBIAN,
         "stall_sleep": "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                        "time.sleep(10**6)\n" + JACOBIAN,
@@ -167,6 +179,15 @@ def _attacks(paths: dict[str, str], port: int) -> dict[str, str]:
                     os.remove(name)
         """),
         "long_error": "def softmax_jacobian(p):\n    raise ValueError('x' * 10**6)\n",
+    }
+
+
+def _attacks(paths: dict[str, str], port: int) -> dict[str, str]:
+    """Student name -> the softmax_jacobian cell of that attack."""
+    return {
+        **_confinement_attacks(paths, port),
+        **_process_attacks(),
+        **_resource_attacks(),
         "hidden_tests": (
             "import inspect\n"
             "def softmax_jacobian(p):\n"
@@ -245,6 +266,25 @@ def _chown_tree(path: Path, uid: int) -> None:
             os.chown(os.path.join(base, name), uid, uid)
 
 
+def _write_folder_attacks(submitted: Path, solved: nbformat.NotebookNode) -> None:
+    """Submissions that attack through their folders: symlinks (to a classmate's notebook, to
+    a secret beside the notebook, a whole student folder) and student ids that are not names."""
+    (submitted / "linker" / A).mkdir(parents=True)
+    os.symlink(submitted / "correct" / A / f"{A}.ipynb", submitted / "linker" / A / f"{A}.ipynb")
+    (submitted / "data_linker" / A).mkdir(parents=True)
+    nbformat.write(with_cell(solved, "softmax_jacobian", _probe("""
+        for name in ('secret_link', 'solutions_link'):
+            if os.path.lexists(name):
+                leaks.append('found ' + name)
+    """)), submitted / "data_linker" / A / f"{A}.ipynb")
+    os.symlink("/etc/hostname", submitted / "data_linker" / A / "secret_link")
+    os.symlink(str(SOLUTIONS), submitted / "data_linker" / A / "solutions_link")
+    os.symlink(submitted / "correct", submitted / "alias")
+    for bad in ("grades.csv", ".hidden", "colon:id"):
+        (submitted / bad / A).mkdir(parents=True)
+        nbformat.write(solved, submitted / bad / A / f"{A}.ipynb")
+
+
 @pytest.fixture(scope="module", params=IDENTITIES)
 def graded(request):
     identity = request.param
@@ -271,21 +311,7 @@ def graded(request):
     for student, nb in notebooks.items():
         (submitted / student / A).mkdir(parents=True)
         nbformat.write(nb, submitted / student / A / f"{A}.ipynb")
-    # symlinks: to a classmate's notebook, to a secret beside the notebook, a whole student folder
-    (submitted / "linker" / A).mkdir(parents=True)
-    os.symlink(submitted / "correct" / A / f"{A}.ipynb", submitted / "linker" / A / f"{A}.ipynb")
-    (submitted / "data_linker" / A).mkdir(parents=True)
-    nbformat.write(with_cell(solved, "softmax_jacobian", _probe("""
-        for name in ('secret_link', 'solutions_link'):
-            if os.path.lexists(name):
-                leaks.append('found ' + name)
-    """)), submitted / "data_linker" / A / f"{A}.ipynb")
-    os.symlink("/etc/hostname", submitted / "data_linker" / A / "secret_link")
-    os.symlink(str(SOLUTIONS), submitted / "data_linker" / A / "solutions_link")
-    os.symlink(submitted / "correct", submitted / "alias")
-    for bad in ("grades.csv", ".hidden", "colon:id"):
-        (submitted / bad / A).mkdir(parents=True)
-        nbformat.write(solved, submitted / bad / A / f"{A}.ipynb")
+    _write_folder_attacks(submitted, solved)
     command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
                "--source", str(source), "--timeout", "20", "--workers", "2", "--quiet"]
     env = dict(os.environ, ATTENTION_INSTRUCTOR_TOKEN=SECRET)
