@@ -10,11 +10,16 @@ writing a forged report, cannot turn a failure into a pass: only the right numbe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attention_learner.expected import Shipped, case_key
+from attention_learner.spec import Inputs
 from grader.autograde.child_report import CellReport, Record
+
+if TYPE_CHECKING:
+    from grader.exercises.spec import Exercise
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,38 @@ def rejudge(expected: list[ExpectedCheck], records: list[Record]) -> CheckFailur
 
 def judge_arrays(want: ExpectedCheck, arrays: dict[str, np.ndarray]) -> str:
     """"" when the learner's arrays are right for this case, else the explanation."""
-    from grader.checks import judge
     from grader.exercises import all_exercises
 
     spec = all_exercises().get(want.exercise)
     if spec is None:
         return f"unknown exercise {want.exercise!r}"
-    inputs = spec.make_inputs(np.random.default_rng(want.seed), **want.params)
-    return judge(spec, want.params, inputs, arrays)
+    inputs, answers = case_answers(spec, want.seed, want.params)
+    return spec.judge(want.params, inputs, arrays, answers)
+
+
+# (exercise, case key) -> the case's inputs and answers; see case_answers
+_ANSWERS: dict[tuple[str, str], tuple[Inputs, Shipped]] = {}
+MAX_CACHED_CASES = 4096
+
+
+def case_answers(spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Shipped]:
+    """The inputs of one case and what its verdict compares with, computed once per run.
+
+    Every submission of an assignment makes the same checks (their seeds and params come
+    from the source's test cells, never from the submission), so the parent would otherwise
+    rebuild the same inputs and run the same reference and bug implementations once per
+    submission: measured, that was about half of the parent's time per submission. The
+    arrays are made read-only, so that no verdict can change what the next one sees.
+    """
+    key = (spec.name, case_key(seed, params))
+    if key not in _ANSWERS:
+        if len(_ANSWERS) >= MAX_CACHED_CASES:
+            _ANSWERS.clear()
+        inputs = spec.make_inputs(np.random.default_rng(seed), **params)
+        answers = spec.answers(inputs)
+        for arrays in (inputs, answers.expected, *(outputs for _, outputs in answers.bugs)):
+            for value in arrays.values():
+                if isinstance(value, np.ndarray):
+                    value.setflags(write=False)
+        _ANSWERS[key] = (inputs, answers)
+    return _ANSWERS[key]

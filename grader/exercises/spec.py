@@ -18,6 +18,7 @@ import numpy as np
 from attention_learner.cases import get_case
 from attention_learner.checks import explain
 from attention_learner.conventions import reports_conventions
+from attention_learner.expected import Shipped
 from attention_learner.spec import Arrays, Case, Inputs, to_numpy, unpack
 
 __all__ = [
@@ -88,9 +89,19 @@ class Exercise:
                 produced.append((description, outputs))
         return produced
 
-    def judge(self, params: dict[str, Any], inputs: Inputs, got: Arrays) -> str:
-        """The verdict on a learner's raw outputs ``got``: "" when they pass, else the message."""
-        return explain(self.case, params, inputs, got, self.expected(inputs), self.bug_outputs(inputs))
+    def answers(self, inputs: Inputs) -> Shipped:
+        """What a verdict on ``inputs`` compares with: the reference's and every classic bug's
+        outputs (the record ``release`` ships for a visible case)."""
+        return Shipped(self.expected(inputs), self.bug_outputs(inputs))
+
+    def judge(self, params: dict[str, Any], inputs: Inputs, got: Arrays,
+              answers: Shipped | None = None) -> str:  # fmt: skip
+        """The verdict on a learner's raw outputs ``got``: "" when they pass, else the message.
+
+        ``answers`` are ``self.answers(inputs)`` when the caller already has them.
+        """
+        answers = answers or self.answers(inputs)
+        return explain(self.case, params, inputs, got, answers.expected, answers.bugs)
 
 
 def numpy_exercise(spec: Exercise) -> Exercise:
