@@ -3,17 +3,18 @@
 OverwriteCells and SaveAutoGrades open (and migrate-check) a new Gradebook for every
 notebook, over 100 ms each here; with hundreds of submissions that was most of the parent's
 time. These subclasses run nbgrader's own ``preprocess`` unchanged; for the length of that
-call, the name ``Gradebook`` in its module gives back the run's open gradebook (``_lend``).
+call, the name ``Gradebook`` in its module gives back the run's open gradebook (``lend.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import OverwriteCells, SaveAutoGrades, overwritecells, saveautogrades
+
+from grader.autograde.lend import lend
 
 
 def open_gradebook(db_url: str) -> Gradebook:
@@ -59,15 +60,9 @@ class _Lent:
         return None
 
 
-@contextmanager
-def _lend(module: Any, gradebook: Gradebook) -> Iterator[None]:
+def _lending(module: Any, gradebook: Gradebook) -> AbstractContextManager[None]:
     """For the duration of one call, ``module``'s ``Gradebook(db_url)`` is the open one."""
-    original = module.Gradebook
-    module.Gradebook = lambda *args, **kwargs: _Lent(gradebook)
-    try:
-        yield
-    finally:
-        module.Gradebook = original
+    return lend(module, "Gradebook", lambda *args, **kwargs: _Lent(gradebook))
 
 
 class SharedOverwriteCells(OverwriteCells):
@@ -78,7 +73,7 @@ class SharedOverwriteCells(OverwriteCells):
         self.shared = gradebook
 
     def preprocess(self, nb, resources):
-        with _lend(overwritecells, self.shared):
+        with _lending(overwritecells, self.shared):
             return super().preprocess(nb, resources)
 
 
@@ -90,5 +85,5 @@ class SharedSaveAutoGrades(SaveAutoGrades):
         self.shared = gradebook
 
     def preprocess(self, nb, resources):
-        with _lend(saveautogrades, self.shared):
+        with _lending(saveautogrades, self.shared):
             return super().preprocess(nb, resources)

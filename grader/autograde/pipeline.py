@@ -40,6 +40,7 @@ from grader.autograde.cells import (
 )
 from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
 from grader.autograde.gradebook import SharedSaveAutoGrades, open_gradebook
+from grader.autograde.interrupts import Interrupts
 from grader.autograde.judging import ExpectedCheck, expected_checks, rejudge
 from grader.autograde.sandbox import ChildJob, Executor, Finished, Isolation, Limits, write_job_cells
 from grader.autograde.sanitize import Sanitized, sanitize
@@ -192,7 +193,7 @@ def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions
     db_url = options.db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"
     summary = Summary()
     try:
-        with warnings.catch_warnings(), open_gradebook(db_url) as gradebook:
+        with Interrupts() as interrupts, warnings.catch_warnings(), open_gradebook(db_url) as gradebook:
             # nbgrader's gradebook API trips SQLAlchemy 2's autoflush warnings ("... not in
             # session, add operation ... will not proceed"): harmless, and noise on stderr
             warnings.filterwarnings("ignore", message=".*not in session.*")
@@ -216,7 +217,8 @@ def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions
                     summary.skipped += 1
                 else:
                     todo.append((sub, fingerprint))
-            _grade_all(run, todo, options, summary)
+            interrupts.check()
+            _grade_all(run, todo, options, summary, interrupts)
     finally:
         server.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -303,8 +305,11 @@ def _solution_run(run: Run, src: SourceAssignment) -> None:
 
 
 def _grade_all(run: Run, todo: list[tuple[Submission, str]], options: GradeOptions,
-               summary: Summary) -> None:
-    """Keep ``workers`` children busy; prepare the next submissions while they run."""
+               summary: Summary, interrupts: Interrupts) -> None:  # fmt: skip
+    """Keep ``workers`` children busy; prepare the next submissions while they run.
+
+    Between steps, ``interrupts.check()`` raises a Ctrl-C that a library call swallowed.
+    """
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), unit="sub", disable=not options.progress, file=sys.stderr,
@@ -313,6 +318,7 @@ def _grade_all(run: Run, todo: list[tuple[Submission, str]], options: GradeOptio
     try:
         more = True
         while True:
+            interrupts.check()
             while more and len(flight.queue) < options.workers:
                 more = flight.prepare_next()
             flight.start(options.workers)
