@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from grader.reference.multi_head import merge_heads, split_heads
+from grader.reference.multi_head import add_projections, merge_heads, split_heads
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
 # The classic mistakes of the online softmax, by name (for the bug zoo and the chapter's
@@ -181,14 +181,7 @@ class CachedSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        add_projections(self, d_model, num_heads, bias)
         self.cache = KVCache()
 
     def reset(self) -> None:

@@ -53,6 +53,19 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(B, n, h * d_head)  # (B, n, d_model)
 
 
+def add_projections(module: nn.Module, d_model: int, num_heads: int, bias: bool) -> None:
+    """Give ``module`` the parameters of multi-head attention: ``W_q``, ``W_k``, ``W_v``,
+    ``W_o``, each ``nn.Linear(d_model, d_model, bias=bias)`` (registered in that order), and
+    the sizes ``d_model``, ``num_heads`` and ``d_head = d_model / num_heads``."""
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    module.d_model = d_model
+    module.num_heads = num_heads
+    module.d_head = d_model // num_heads
+    for name in ("W_q", "W_k", "W_v", "W_o"):
+        setattr(module, name, nn.Linear(d_model, d_model, bias=bias))
+
+
 class MultiHeadAttention(nn.Module):
     """h heads of scaled dot-product attention with learned projections W_q, W_k, W_v, W_o.
 
@@ -63,15 +76,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_head = d_model // num_heads
-        self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        add_projections(self, d_model, num_heads, bias)
 
     def forward(
         self,
