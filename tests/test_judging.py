@@ -2,7 +2,7 @@
 
 What a learner's kernel would have computed is made here with the reference (right) or with
 a classic bug (wrong); the parent's verdict must match the learner-side checks', once per
-submission and again from its per-run cache of each case's answers.
+submission and again from its cache of each case's answers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from attention_learner.spec import to_numpy
 from grader.autograde import judging
 from grader.autograde.child_report import Record
 from grader.autograde.judging import ExpectedCheck, case_answers, judge_arrays, rejudge
-from grader.exercises import get_exercise
+from grader.exercises import all_exercises, get_exercise
 
 WANT = ExpectedCheck("scaled_dot_product_attention", 3, {"n_k": 5})
 
@@ -70,15 +70,19 @@ def test_answers_are_computed_once_per_case_and_cannot_be_changed(monkeypatch):
         inputs["Q"][...] = 0.0
 
 
-def test_cached_verdicts_equal_fresh_ones():
-    """The cache changes when answers are computed, never what a verdict says."""
-    spec = get_exercise(WANT.exercise)
-    inputs = spec.make_inputs(np.random.default_rng(WANT.seed), **WANT.params)
+@pytest.mark.parametrize("name", sorted(all_exercises()))
+def test_cached_verdicts_equal_fresh_ones(name):
+    """For every exercise, on the right outputs and on each classic bug's: the cache (and its
+    read-only arrays, which every message and hint must only read) changes when answers are
+    computed, never what a verdict says."""
+    spec = all_exercises()[name]
+    want = ExpectedCheck(name, 5, {})
+    inputs = spec.make_inputs(np.random.default_rng(want.seed))
     for implementation in [spec.reference, *spec.bugs.values()]:
         try:
             got = {k: to_numpy(v) for k, v in implementation(inputs).items()}
         except Exception:  # a bug that does not apply to this case
             continue
-        fresh = spec.judge(WANT.params, inputs, got)
-        assert judge_arrays(WANT, got) == fresh
-        assert judge_arrays(WANT, got) == fresh  # from the cache
+        fresh = spec.judge(want.params, inputs, got)
+        assert judge_arrays(want, got) == fresh
+        assert judge_arrays(want, got) == fresh  # from the cache

@@ -83,7 +83,8 @@ MAX_CACHED_CASES = 4096
 
 
 def case_answers(spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Shipped]:
-    """The inputs of one case and what its verdict compares with, computed once per run.
+    """The inputs of one case and what its verdict compares with, computed once per process
+    (one grading run).
 
     Every submission of an assignment makes the same checks (their seeds and params come
     from the source's test cells, never from the submission), so the parent would otherwise
