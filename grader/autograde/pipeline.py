@@ -39,7 +39,7 @@ from grader.autograde.cells import (
     stderr_text,
 )
 from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
-from grader.autograde.gradebook import SharedSaveAutoGrades, open_gradebook
+from grader.autograde.gradebook import SharedSaveAutoGrades, SourceCells, open_gradebook
 from grader.autograde.interrupts import Interrupts
 from grader.autograde.judging import ExpectedCheck, expected_checks, rejudge
 from grader.autograde.sandbox import ChildJob, Executor, Finished, Isolation, Limits, write_job_cells
@@ -162,6 +162,7 @@ class Run:
                  gradebook: Gradebook, db_url: str, limits: Limits) -> None:
         self.out, self.work, self.server = out, work, server
         self.gradebook, self.db_url, self.limits = gradebook, db_url, limits
+        self.source_cells = SourceCells(gradebook)  # read once per run, see gradebook.py
         self.isolation = str(server.config.isolation)
         self._ids = iter(range(1, 1 << 62))
         self.code = code_fingerprint()
@@ -403,7 +404,7 @@ def _prepare(run: Run, sub: Submission, src: SourceAssignment,
     for name, path in sub.notebooks.items():
         try:
             nb = read_notebook(path)
-            sanitized = sanitize(nb, src.notebooks[name], run.gradebook, run.db_url, sub.assignment,
+            sanitized = sanitize(nb, src.notebooks[name], run.source_cells, run.db_url, sub.assignment,
                                  name, sub.student)
         except InvalidNotebook as exc:
             problems.append(str(exc))

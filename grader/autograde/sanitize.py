@@ -17,11 +17,10 @@ from functools import cache
 import jsonschema
 import nbformat
 from nbformat import NotebookNode
-from nbgrader.api import Gradebook
 from nbgrader.nbgraderformat import common as nbgrader_format
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec
 
-from grader.autograde.gradebook import SharedOverwriteCells
+from grader.autograde.gradebook import SharedOverwriteCells, SourceCells
 from grader.autograde.lend import lend
 
 
@@ -34,7 +33,7 @@ class Sanitized:
 def sanitize(
     nb: NotebookNode,
     source: NotebookNode,
-    gradebook: Gradebook,
+    source_cells: SourceCells,
     db_url: str,
     assignment: str,
     notebook: str,
@@ -53,7 +52,7 @@ def sanitize(
             del cell["metadata"]["nbgrader"]
     for preprocessor in (
         OverwriteKernelspec(),
-        SharedOverwriteCells(gradebook),
+        SharedOverwriteCells(source_cells),
         CheckCellMetadataOnce(),
     ):
         nb, resources = preprocessor.preprocess(nb, resources)

@@ -324,7 +324,7 @@ def graded(request):
         env["HOME"] = str(root)
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=root)
-        ps = subprocess.run(["ps", "-eo", "uid,args"], capture_output=True, text=True).stdout
+        ps = subprocess.run(["ps", "-eo", "pid,ppid,uid,args"], capture_output=True, text=True).stdout
         yield {"identity": identity, "root": root, "out": out, "run": run, "ps": ps,
                "submitted": submitted}
     finally:
@@ -362,11 +362,52 @@ def test_attack_gains_nothing(graded, student):
     assert res["score"] == FULL, res
 
 
+def leftovers(ps: str, job_uid: str = "65534") -> list[str]:
+    """The ``ps -eo pid,ppid,uid,args`` lines of processes with the jobs' identity that no
+    live grading run owns.
+
+    Other tests grade at the same time (pytest-xdist), and their jobs run as uid 65534 too:
+    those descend from their run's fork server, alive and running as root. A process this
+    run left behind has no such ancestor: its own fork server has exited, so it was
+    reparented to init.
+    """
+    rows = {}
+    for line in ps.splitlines()[1:]:
+        pid, ppid, uid, args = (line.split(None, 3) + [""])[:4]
+        rows[pid] = (ppid, uid, args)
+
+    def owned_by_a_live_run(pid: str) -> bool:
+        seen = set()
+        while pid in rows and pid not in seen:
+            seen.add(pid)
+            ppid, uid, args = rows[pid]
+            if uid != job_uid and "grader.autograde.sandbox" in args:
+                return True
+            pid = ppid
+        return False
+
+    return [f"{pid} {ppid} {uid} {args}" for pid, (ppid, uid, args) in rows.items()
+            if uid == job_uid and not owned_by_a_live_run(pid)]  # fmt: skip
+
+
 def test_nothing_is_left_running(graded):
     """No escapee, and no process of the jobs' identity (uid 65534 either way) survives the run."""
     assert MARKER not in graded["ps"]
-    leftovers = [line for line in graded["ps"].splitlines()[1:] if line.split()[0] == "65534"]
-    assert not leftovers
+    assert not leftovers(graded["ps"])
+
+
+def test_leftover_detection_ignores_other_runs_only():
+    """The filter above: a job under another run's live (root) fork server is not ours; the
+    same process reparented to init is."""
+    ps = (
+        "  PID  PPID   UID ARGS\n"
+        "    1     0     0 /sbin/init\n"
+        "  100     1     0 python -m grader.autograde.sandbox\n"
+        "  200   100 65534 python -m grader.autograde.sandbox\n"
+        "  201   200 65534 python -c learner_code\n"
+        "  300     1 65534 python -m grader.autograde.sandbox\n"
+    )
+    assert leftovers(ps) == ["300 1 65534 python -m grader.autograde.sandbox"]
 
 
 def test_a_sleeping_child_is_killed_at_the_time_limit(graded):
