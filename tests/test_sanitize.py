@@ -60,3 +60,32 @@ def test_a_schema_violation_is_refused():
     assert outcome(CheckCellMetadataOnce(), tampered(EDITS["points as text"])) != "accepted"
     assert outcome(CheckCellMetadataOnce(), tampered(EDITS["unchanged"])) == "accepted"
     assert grade_id(next(c for c in source_notebook(A).cells if is_test_cell(c)))
+
+
+def test_source_cells_answer_as_the_gradebook_does(tmp_path):
+    """Each record once, with the gradebook's values; a missing one fails every time."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from grader.autograde.gradebook import SourceCells
+    from grader.nbgrader_course import generate_assignment, temporary_course
+    from grader.paths import SOLUTIONS
+
+    db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with temporary_course(SOLUTIONS, db_url) as api:
+        generate_assignment(api, A)
+    gradebook = Gradebook(db_url)
+    try:
+        cells = SourceCells(gradebook)
+        test_id = grade_id(next(c for c in source_notebook(A).cells if is_test_cell(c)))
+        row = gradebook.find_source_cell(test_id, A, A)
+        first = cells.find_source_cell(test_id, A, A)
+        assert (first.source, first.checksum, first.locked, first.cell_type) == (
+            row.source, row.checksum, row.locked, row.cell_type)  # fmt: skip
+        assert cells.find_source_cell(test_id, A, A) is first  # read once
+        assert cells.find_graded_cell(test_id, A, A).max_score == gradebook.find_graded_cell(
+            test_id, A, A).max_score  # fmt: skip
+        for _ in range(2):
+            with pytest.raises(MissingEntry):
+                cells.find_source_cell("no_such_cell", A, A)
+    finally:
+        gradebook.close()
