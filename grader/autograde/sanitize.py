@@ -1,10 +1,10 @@
 """Putting a submitted notebook back in shape with nbgrader's own preprocessors.
 
 ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells (with missing grade cells
-added back) and CheckCellMetadata (its schema compiled once), as ``nbgrader autograde`` runs
-them, then what we add:
-notes on what was restored. (No text rule about the reference package: the grading child
-cannot import it, so a solution that tries simply fails with an ImportError.)
+added back; the source's cell records read once per run) and CheckCellMetadata (its schema
+compiled once), as ``nbgrader autograde`` runs them; then what we add: notes on what was
+restored. (No text rule about the reference package: the grading child cannot import it, so
+a solution that tries simply fails with an ImportError.)
 """
 
 from __future__ import annotations
