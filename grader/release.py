@@ -51,10 +51,20 @@ def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Pa
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(released, destination)
             written.append(destination)
+    return written + write_expected_data(names, source)
+
+
+def write_expected_data(
+    names: list[str], source: Path = SOLUTIONS, folder: Path = shipped_data.DATA
+) -> list[Path]:
+    """Write the expected values of the visible checks of ``names`` into ``folder``; returns
+    the files written. A file is rewritten only when a value moved by more than the rounding
+    that differs between machines, so a release on an unchanged checkout writes nothing."""
+    written = []
     for name in names:
         for exercise, cases in expected_data(name, source).items():
-            if shipped_data.write_exercise(exercise, cases):
-                written.append(shipped_data.data_file(exercise))
+            if shipped_data.write_exercise(exercise, cases, folder):
+                written.append(shipped_data.data_file(exercise, folder))
     return written
 
 

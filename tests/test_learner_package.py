@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -88,24 +92,89 @@ def test_wheel_metadata(wheel):
 
 @pytest.mark.parametrize("assignment", assignments())
 def test_expected_values_are_up_to_date(assignment):
-    for exercise, cases in expected_data(assignment).items():
+    """The shipped values equal this machine's, up to the rounding that differs between CPUs
+    (the rule ``release`` keeps a file by, :meth:`Case.same_values`)."""
+    cases = all_cases()
+    for exercise, computed in expected_data(assignment).items():
         shipped = shipped_data.load_exercise(exercise)
-        assert set(shipped) == set(cases), (
+        assert set(shipped) == set(computed), (
             f"{exercise}: shipped cases differ from the notebook's visible checks: "
             "run `python -m grader release`"
         )
-        for key, want in cases.items():
+        for key, want in computed.items():
             have = shipped[key]
             assert [d for d, _ in have.bugs] == [d for d, _ in want.bugs], f"{exercise} {key}: bugs"
-            pairs = [(have.expected, want.expected)]
-            pairs += [(h, w) for (_, h), (_, w) in zip(have.bugs, want.bugs, strict=True)]
-            for got, ref in pairs:
+            for got, ref in shipped_pairs(have, want):
                 assert got.keys() == ref.keys()
                 for k in ref:
-                    assert got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape, (exercise, key, k)
-                    assert np.allclose(got[k], ref[k], rtol=1e-12, atol=1e-12, equal_nan=True), (
+                    assert cases[exercise].same_values(got[k], ref[k]), (
                         f"{exercise} {key} {k} is out of date: run `python -m grader release`"
                     )
+
+
+def shipped_pairs(have: shipped_data.Shipped, want: shipped_data.Shipped):
+    """(shipped outputs, recomputed outputs) of the expected values and of every classic bug."""
+    yield have.expected, want.expected
+    yield from ((h, w) for (_, h), (_, w) in zip(have.bugs, want.bugs, strict=True))
+
+
+def test_same_values_follows_the_grading_tolerance():
+    case = all_cases()["scaled_dot_product_attention_torch"]
+    w = np.array([0.2919491521154735, 1e-300, 0.0])
+    atol, rtol = case.reproducible_tolerance
+    assert (atol, rtol) == (case.atol / 4, case.rtol / 4)
+    assert case.same_values(w, w + 0.99 * (atol + rtol * np.abs(w)))  # the CPU noise seen: 2.7e-7
+    assert not case.same_values(w, w + 1.01 * (atol + rtol * np.abs(w)))
+    assert not case.same_values(w, w.astype(np.float32).astype(np.float64) + 1e-3)
+    assert not case.same_values(w, w.astype(np.float32))  # a dtype change is a change
+    nan = np.array([np.nan, 1.0])
+    assert case.same_values(nan, nan.copy()) and not case.same_values(nan, np.array([1.0, 1.0]))
+    mask = np.array([True, False])
+    assert case.same_values(mask, mask.copy()) and not case.same_values(mask, ~mask)
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_a_correct_result_from_another_cpu_passes_against_the_shipped_values(assignment):
+    """A learner's machine may round differently from the one that shipped the data: move this
+    machine's correct values by the most that :meth:`Case.same_values` lets two machines
+    differ, either way, and the learner's check still passes against the shipped values."""
+    cases = all_cases()
+    for exercise, computed in expected_data(assignment).items():
+        case = cases[exercise]
+        atol, rtol = case.reproducible_tolerance
+        shipped = shipped_data.load_exercise(exercise)
+        for key, want in computed.items():
+            for k, v in want.expected.items():
+                for sign in (1.0, -1.0):
+                    moved = v if v.dtype.kind != "f" else v + sign * (atol + rtol * np.abs(v))
+                    problem = learner_checks.compare(k, shipped[key].expected[k], moved, case.atol, case.rtol)
+                    assert problem == "", f"{exercise} {key} {k}: {problem}"
+
+
+def test_release_writes_nothing_under_other_numeric_configurations(tmp_path):
+    """``release`` on an unchanged checkout, under four numeric set-ups that change last bits
+    (thread counts, MKL's conditional numerical reproducibility, ATen's plain CPU kernels),
+    rewrites no data file."""
+    data = tmp_path / "data"
+    shutil.copytree(shipped_data.DATA, data)
+    before = {p.name: p.read_bytes() for p in data.glob("*.npz")}
+    script = (
+        "import sys; from pathlib import Path; from grader.release import assignments, write_expected_data; "
+        "print(len(write_expected_data(assignments(), folder=Path(sys.argv[1]))))"
+    )
+    configurations = [
+        {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"},
+        {"MKL_CBWR": "COMPATIBLE"},
+        {"ATEN_CPU_CAPABILITY": "default"},
+    ]
+    for extra in configurations:
+        env = {**os.environ, **extra}
+        run = subprocess.run([sys.executable, "-c", script, str(data)], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.strip() == "0", f"release under {extra} rewrote {run.stdout.strip()} files"
+    assert {p.name: p.read_bytes() for p in data.glob("*.npz")} == before
 
 
 def test_every_shipped_file_belongs_to_a_case():
