@@ -11,6 +11,10 @@ code: for every visible ``check(...)`` call of a source notebook's test cells (t
 ``### BEGIN HIDDEN TESTS``) release computes the reference outputs and the outputs of every
 classic bug of that exercise on the call's inputs, and writes them as ``.npz`` data
 (:mod:`attention_learner.expected`). A test fails when that data is out of date too.
+
+Before generating, release derives every install instruction (the notebooks' install cell,
+the documents' pip lines, ``binder/requirements.txt``) from the repository URL and the learner
+package's version (:mod:`grader.course_location`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import nbformat
 import numpy as np
 
 from attention_learner import expected as shipped_data
+from grader.course_location import derive_install_references
 from grader.exercises import get_exercise
 from grader.nbgrader_course import generate_assignment, temporary_course
 from grader.paths import CHAPTERS, SOLUTIONS
@@ -43,11 +48,13 @@ def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Pa
     unknown = sorted(set(names) - set(assignments(source)))
     if unknown:
         raise SystemExit(f"no source notebook for {', '.join(unknown)} in {source}")
-    written = []
+    written = derive_install_references([source / n / f"{n}.ipynb" for n in names])
     with temporary_course(source) as api:
         for name in names:
             released = generate_assignment(api, name) / f"{name}.ipynb"
             destination = target / name / f"{name}.ipynb"
+            if destination.is_file() and destination.read_bytes() == released.read_bytes():
+                continue  # unchanged: not rewritten, not reported
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(released, destination)
             written.append(destination)

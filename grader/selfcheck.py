@@ -3,36 +3,29 @@
 Runs every code cell of the notebook in a fresh child process (as a kernel would, in the
 notebook's own folder) and prints, for each test cell, whether it passed and, if not, the
 message of its check. Only the tests in the learner's copy run; grading adds hidden ones.
+The report reads as the learner package's own ``attention-check`` (the same outcome record
+and report format), which runs the notebook in a plain Jupyter kernel instead.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from grader.autograde.cells import describe_error, first_error, is_test_cell, stderr_text
+from attention_learner.cell_rules import TestStatus, cell_outcome, is_test_cell
+from attention_learner.notebook_check import TestOutcome, format_report
 from grader.autograde.child_report import read_report
 from grader.autograde.sandbox import ChildJob, ForkServer, Isolation, Limits, ServerConfig, write_job_cells
 
-
-@dataclass(frozen=True)
-class TestOutcome:
-    __test__ = False  # not a pytest test class
-
-    grade_id: str
-    points: float
-    max_points: float
-    passed: bool
-    message: str
+__all__ = ["TestOutcome", "check_notebook", "format_report"]
 
 
 def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
     """Run ``path`` in a fresh child process; one outcome per test cell, in order.
 
     The learner's own code on their own machine: no confinement, only limits, and the same
-    rules as the grader for deciding that a test cell passed (``grader.autograde.cells``).
+    rules as the grader for deciding that a test cell passed (``attention_learner.cell_rules``).
     """
     server = ForkServer(ServerConfig(Isolation.NONE))  # imports torch while we read the notebook
     from grader.autograde.submissions import read_notebook
@@ -65,27 +58,7 @@ def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
             why = "timed out" if finished.timed_out else "the notebook stopped before it"
             outcomes.append(TestOutcome(grade_id, 0.0, max_points, False, f"did not run: {why}"))
             continue
-        error, stderr = first_error(line.outputs), stderr_text(line.outputs)
-        if error is not None:
-            message = describe_error(error["ename"], error["evalue"])
-            outcomes.append(TestOutcome(grade_id, 0.0, max_points, False, message))
-        elif stderr is not None:
-            outcomes.append(TestOutcome(grade_id, 0.0, max_points, False,
-                                        "wrote to stderr, which scores 0: " + stderr[:300]))
-        else:
-            outcomes.append(TestOutcome(grade_id, max_points, max_points, True, ""))
+        status, message = cell_outcome(line.outputs)
+        passed = status is TestStatus.PASSED
+        outcomes.append(TestOutcome(grade_id, max_points if passed else 0.0, max_points, passed, message))
     return outcomes
-
-
-def format_report(path: Path, outcomes: list[TestOutcome]) -> str:
-    lines = [f"Checking {path.name} (visible tests only; grading adds hidden ones)", ""]
-    for o in outcomes:
-        mark = "PASS" if o.passed else "FAIL"
-        lines.append(f"  {mark}  {o.grade_id}  ({o.points:g}/{o.max_points:g})")
-        if o.message:
-            lines += [f"        {m}" for m in o.message.splitlines()]
-    score = sum(o.points for o in outcomes)
-    total = sum(o.max_points for o in outcomes)
-    passed = sum(o.passed for o in outcomes)
-    lines += ["", f"{passed} of {len(outcomes)} visible tests pass: {score:g} of {total:g} points"]
-    return "\n".join(lines)

@@ -5,21 +5,27 @@ message, nothing on stderr) as released.
 
 Only one CPython (3.11) can be installed here, and the only CPU torch on disk is 2.13.0, so
 the environment differs from the course's in NumPy (the floor, 1.26.4) and in what is
-missing (the grader, nbgrader, IPython), not in Python or torch.
+missing (the grader, nbgrader, Jupyter Book), not in Python or torch. The wheel brings nbclient
+and ipykernel, which its ``attention-check`` command runs notebooks with: that command passes
+a notebook filled with the solutions and names the classic bug of one with the scaling
+removed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import attention_learner
 from grader.paths import CHAPTERS, SOLUTIONS
 from tests.learner_wheel import build_learner_wheel
+from tests.notebook_runner import solved_notebook, with_cell
 
 pytestmark = pytest.mark.slow
 
@@ -118,3 +124,65 @@ def test_released_notebook_fails_cleanly(outcomes, assignment):
         error = result["error"]  # a check's message, or the stub's own exception
         assert error.startswith(("AssertionError: ", "NotImplementedError")), (grade_id, error)
         assert "not implemented" in error or error.startswith("NotImplementedError"), (grade_id, error)
+
+
+def _attention_check(fresh_python: Path, notebook: Path, *, script: bool) -> subprocess.CompletedProcess:
+    command = [str(fresh_python.parent / "attention-check")] if script else [
+        str(fresh_python), "-m", "attention_learner", "check"]
+    return subprocess.run([*command, notebook.name], capture_output=True, text=True, timeout=300,
+                          cwd=notebook.parent)
+
+
+def test_attention_check_passes_the_solutions_and_names_a_classic_bug(fresh_python, tmp_path):
+    """The learner's check with nothing but the learner wheel: chapter 3 with the solutions
+    filled in passes every visible test; with the scaling removed, each NumPy and torch test
+    fails and says that the scores were not divided by sqrt(d_k)."""
+    assignment = "03_scaled_dot_product"
+    solved = solved_notebook(assignment)
+    good = tmp_path / "good" / f"{assignment}.ipynb"
+    good.parent.mkdir()
+    nbformat.write(solved, good)
+    unscaled = tmp_path / "unscaled" / f"{assignment}.ipynb"
+    unscaled.parent.mkdir()
+    sources = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solved.cells
+               if (c.metadata.get("nbgrader") or {}).get("solution")}
+    broken = solved
+    for name in ("scaled_dot_product_attention", "scaled_dot_product_attention_torch"):
+        assert "/ math.sqrt(d_k)" in sources[name]
+        broken = with_cell(broken, name, sources[name].replace("/ math.sqrt(d_k)", ""))
+    nbformat.write(broken, unscaled)
+
+    passed = _attention_check(fresh_python, good, script=True)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    lines = passed.stdout.splitlines()
+    assert sum(line.strip().startswith("PASS") for line in lines) == 5, passed.stdout
+    assert "5 of 5 visible tests pass: 10 of 10 points" in passed.stdout
+    assert passed.stderr == "", passed.stderr  # no kernel or library noise
+
+    failed = _attention_check(fresh_python, unscaled, script=False)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    verdicts = {line.split()[1]: line.split()[0] for line in failed.stdout.splitlines()
+                if line.strip().startswith(("PASS", "FAIL"))}
+    for test in ("test_scaled_dot_product_attention", "test_scaled_dot_product_attention_torch"):
+        assert verdicts[test] == "FAIL", failed.stdout
+    assert verdicts["test_softmax_jacobian"] == "PASS"
+    assert failed.stdout.count("This looks like the scores were not divided by sqrt(d_k).") >= 3
+
+
+def test_passing_test_cells_say_so_in_one_line(fresh_python, tmp_path):
+    """A test cell that passes prints "passed: N checks" (run in a real kernel by nbclient)."""
+    assignment = "02_queries_keys_values"
+    path = tmp_path / f"{assignment}.ipynb"
+    nbformat.write(solved_notebook(assignment), path)
+    probe = (
+        "import sys; from pathlib import Path; "
+        "from attention_learner.notebook_check import executed_notebook; "
+        "nb = executed_notebook(Path(sys.argv[1])); "
+        "print('|'.join(''.join(o.get('text', '') for o in c.outputs).strip() for c in nb.cells "
+        "if (c.metadata.get('nbgrader') or {}).get('grade') and not c.metadata['nbgrader'].get('solution')))"
+    )
+    run = subprocess.run([str(fresh_python), "-c", probe, str(path)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    printed = run.stdout.strip().split("|")
+    assert printed and all(re.fullmatch(r"passed: \d+ checks?", p) for p in printed), printed

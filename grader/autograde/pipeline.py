@@ -28,16 +28,15 @@ from nbformat import NotebookNode
 from nbgrader import utils
 from nbgrader.api import Gradebook
 
-from grader.autograde import reports
-from grader.autograde.cells import (
+from attention_learner.cell_rules import (
     Status,
     TestStatus,
-    describe_error,
+    cell_outcome,
     exercise_of,
     first_error,
     is_test_cell,
-    stderr_text,
 )
+from grader.autograde import reports
 from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
 from grader.autograde.gradebook import SharedSaveAutoGrades, SourceCells, open_gradebook
 from grader.autograde.interrupts import Interrupts
@@ -539,18 +538,12 @@ def _test_verdict(line: CellReport | None, outputs: list[dict], expected: list[E
             return TestStatus.TIMEOUT, "the submission ran out of time before this test"
         return TestStatus.NOT_RUN, "this test never ran (the process stopped before it)"
     failure = rejudge(expected, line.records)
-    error = first_error(outputs)
     if failure is not None and not failure.missing:
         return TestStatus.FAILED, failure.message  # judged here, where no learner code runs
-    if error is not None:
-        status = TestStatus.FAILED if error["ename"] == "AssertionError" else TestStatus.ERROR
-        return status, describe_error(error["ename"], error["evalue"])
-    if failure is not None:  # no error, yet a check never reported: tampering or a lost record
+    if failure is not None and first_error(outputs) is None:
+        # no error, yet a check never reported: tampering or a lost record
         return TestStatus.FAILED, failure.message
-    stderr = stderr_text(outputs)
-    if stderr is not None:
-        return TestStatus.FAILED, "the test wrote to stderr (nbgrader scores that 0): " + stderr[:500]
-    return TestStatus.PASSED, ""
+    return cell_outcome(outputs)
 
 
 def _zero_tests(nb: NotebookNode, name: str, message: str) -> list[TestResult]:

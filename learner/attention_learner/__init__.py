@@ -11,13 +11,21 @@
 - :mod:`attention_learner.expected` and :mod:`attention_learner.recording`: the shipped
   expected values, and what a check records when the grader runs it;
 - :mod:`attention_learner.blocks`: the building blocks later chapters give ready-made;
+- :mod:`attention_learner.notebook_check` (``attention-check NOTEBOOK``, ``python -m
+  attention_learner check NOTEBOOK``): a whole notebook checked, with
+  :mod:`attention_learner.cell_rules`, the pass/fail rules the grader uses too;
 - ``data/``: the expected values of the visible test cases.
 
 ``ALLOWED_IMPORTS`` lists, per assignment, the modules a notebook's setup cell may import;
 a notebook never reaches the instructor's ``grader`` package or its reference.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # the one version is learner/pyproject.toml's; an installed package knows it
+    __version__ = version("attention-learner")
+except PackageNotFoundError:  # imported from a folder that was never installed
+    __version__ = "unknown"
 
 _BASE = ("math", "numpy", "attention_learner", "attention_learner.checks")
 _TORCH = ("torch", "torch.nn", "torch.nn.functional")

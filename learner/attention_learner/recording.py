@@ -37,7 +37,7 @@ class Recorder:
         self.records.setdefault(self.current_cell, []).append(record)
 
 
-__all__ = ["CheckRecord", "Recorder", "record", "start_recording"]
+__all__ = ["CheckRecord", "Recorder", "is_recording", "record", "start_recording"]
 
 _recorder: Recorder | None = None
 
@@ -55,3 +55,8 @@ def record(record: CheckRecord) -> bool:
         _recorder.add(record)
         return True
     return False
+
+
+def is_recording() -> bool:
+    """Whether the grader runs this process (its checks record; the parent judges them)."""
+    return _recorder is not None

@@ -1,9 +1,10 @@
-"""The rules about cells and outcomes that the self-check and the autograder share.
+"""The rules about notebook cells and their outcomes, in one place for every side.
 
-One place says what a test cell is, which exercise it belongs to, whether a cell failed,
-how an error reads in words, and the names of every status; ``selfcheck`` and the
-autograde pipeline both use these, so a learner's ``check`` and the grade cannot disagree
-on them.
+What a test cell is, which exercise it belongs to, whether a cell failed, how an error reads
+in words, and the names of every status. The learner's ``attention-check``, the grader's
+``python -m grader check`` and the autograde pipeline all decide with these, so a learner's
+check and the grade cannot disagree on them. They live in the learner package because the
+learner's check has nothing else; the grader imports them from here.
 """
 
 from __future__ import annotations
@@ -67,6 +68,25 @@ def stderr_text(outputs: list[dict]) -> str | None:
     parts = [o.get("text", "") for o in outputs
              if o.get("output_type") == "stream" and o.get("name") == "stderr"]
     return "".join(parts) if parts else None
+
+
+#: how much of a cell's stderr a message quotes
+STDERR_QUOTE = 500
+
+
+def cell_outcome(outputs: list[dict]) -> tuple[TestStatus, str]:
+    """nbgrader's verdict on a test cell that ran, from its outputs alone: FAILED with the
+    check's message if it raised an AssertionError, ERROR if it raised anything else, FAILED
+    if it wrote to stderr (nbgrader scores such a cell 0), else PASSED."""
+    error = first_error(outputs)
+    if error is not None:
+        status = TestStatus.FAILED if error.get("ename") == "AssertionError" else TestStatus.ERROR
+        return status, describe_error(error.get("ename", ""), error.get("evalue", ""))
+    stderr = stderr_text(outputs)
+    if stderr is not None:
+        quoted = stderr[:STDERR_QUOTE]
+        return TestStatus.FAILED, "the test wrote to stderr (nbgrader scores that 0): " + quoted
+    return TestStatus.PASSED, ""
 
 
 def describe_error(ename: str, evalue: str) -> str:
