@@ -10,6 +10,9 @@ The build runs ``jupyter-book build --all -W --keep-going`` with ``--path-output
 temporary folder, so it starts from nothing, as CI's does, and leaves the developer's own
 ``_build`` alone. Setting ``ATTENTION_BOOK_HTML`` to an existing ``_build/html`` folder skips
 the build (for iterating on the tests themselves); the zero-warning check then does not run.
+
+A run that skipped tests for a missing Debian package (Chromium, PostgreSQL) ends with one line
+per group saying what to install (``pytest_terminal_summary`` below, ``tests/system_packages.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.system_packages import summary_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,3 +127,24 @@ def _load_hypothesis_profile() -> None:
 
 
 _load_hypothesis_profile()
+
+
+# ---------------------------------------------------------------- skipped for a missing system package
+
+
+# A wrapper around pytest's own summary (tryfirst: the outermost), so that these lines come
+# after its "short test summary info" list, just above the final counts, where they are seen.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """End the run with one line per group skipped for a Debian package that is not installed.
+
+    The groups and their install commands are in ``tests/system_packages.py``. This runs on the
+    controller, whose stats hold every worker's reports, so ``-n 2`` counts them all.
+    """
+    result = yield
+    lines = summary_lines(terminalreporter.stats.get("skipped", []))
+    if lines:
+        terminalreporter.write_sep("=", "missing system packages", yellow=True)
+        for line in lines:
+            terminalreporter.write_line(line, yellow=True, bold=True)
+    return result
