@@ -20,7 +20,7 @@ import numpy as np
 
 from attention_learner import checks as learner_checks
 from attention_learner.checks import check_close, run_learner
-from attention_learner.recording import CheckRecord, record
+from attention_learner.recording import CheckRecord, drawn_seed, record
 from attention_learner.spec import Arrays, Inputs
 from grader.exercises import get_exercise
 from grader.exercises.spec import Exercise
@@ -41,7 +41,7 @@ def judge_case(exercise: str, params: dict[str, Any], inputs: Inputs, got: Array
 def check(exercise: str, learner: Any, *, seed: int = 0, **params: Any) -> None:
     """Like the learner package's ``check``, but always judged here by the reference."""
     spec = get_exercise(exercise)
-    inputs = spec.make_inputs(np.random.default_rng(seed), **params)
+    inputs = spec.make_inputs(np.random.default_rng(drawn_seed(exercise, seed, params)), **params)
     got, error, warned = run_learner(spec.case, learner, inputs)
     recorded = record(CheckRecord(exercise, seed, dict(params), got, error))
     if error:

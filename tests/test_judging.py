@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from attention_learner.conventions import AFTER, reports_conventions
 from attention_learner.spec import to_numpy
 from grader.autograde import judging
 from grader.autograde.child_report import Record
@@ -28,9 +29,14 @@ def reported(want: ExpectedCheck, outputs: dict) -> Record:
 
 
 def outputs_of(want: ExpectedCheck, implementation) -> dict:
+    """What a child sends for ``implementation``: its outputs and, for a NumPy case, each input
+    array as the call left it (``after_<name>``, see attention_learner.conventions)."""
     spec = get_exercise(want.exercise)
     inputs = spec.make_inputs(np.random.default_rng(want.seed), **want.params)
-    return implementation(inputs)
+    outputs = implementation(inputs)
+    if reports_conventions(spec.case):
+        outputs = {**outputs, **{AFTER + k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}}
+    return outputs
 
 
 @pytest.fixture(autouse=True)

@@ -27,7 +27,8 @@ import numpy as np
 MAX_REPORT_BYTES = 32 * 2**20  # per notebook; a larger report fails that submission only
 MAX_RECORD_ELEMENTS = 1_000_000  # per record; cases are a few hundred numbers at most
 MAX_OUTPUTS_PER_CELL = 200
-ARRAY_DTYPES = {"<f8": np.float64, "|b1": np.bool_}  # what the checks' to_numpy produces
+# what the checks' to_numpy produces: the NumPy exercises' dtype rule is read from these
+ARRAY_DTYPES = {"<f8": np.float64, "<f4": np.float32, "<f2": np.float16, "<i8": np.int64, "|b1": np.bool_}
 
 
 class ReportTooLarge(ValueError):
@@ -56,11 +57,13 @@ class CellReport:
 
 
 def encode_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """Arrays as JSON: float64 or bool, little-endian, raw bytes in base64."""
+    """Arrays as JSON: float64/32/16, int64 or bool as they are (anything else as float64),
+    little-endian, raw bytes in base64."""
     encoded = {}
     for key, value in arrays.items():
         array = np.asarray(value)
-        array = array.astype(np.bool_ if array.dtype.kind == "b" else "<f8", copy=False)
+        wire = array.dtype.newbyteorder("<").str if array.dtype.kind in "fib" else "<f8"
+        array = array.astype(wire if wire in ARRAY_DTYPES else "<f8", copy=False)
         array = np.ascontiguousarray(array).reshape(array.shape)  # a 0-d array stays 0-d
         encoded[str(key)] = {"dtype": array.dtype.str, "shape": list(array.shape),
                              "data": base64.b64encode(array.tobytes()).decode("ascii")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import resource
 import sys
 import types
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class CellJob:
     index: int  # position in the sanitized notebook
     source: str
     hidden: bool = False  # a test cell: run without leaving its source anywhere readable
+    memory_bytes: int | None = None  # what this cell may allocate above the job's start
 
 
 class BoundedStream(io.TextIOBase):
@@ -140,10 +142,15 @@ def _uncached(shell: Any) -> Any:
     return cache
 
 
-def execute_cells(cells: list[CellJob], report_fd: int, record: bool) -> None:
-    """Run ``cells`` in order, writing one report line per finished cell to ``report_fd``."""
-    recorder = _recording_module().start_recording() if record else None
+def execute_cells(cells: list[CellJob], report_fd: int, record: bool, salt: int = 0) -> None:
+    """Run ``cells`` in order, writing one report line per finished cell to ``report_fd``.
+
+    With ``record``, every check records the learner's raw outputs for the parent, on inputs
+    drawn from ``salt`` (the job's secret, see ``attention_learner.recording.grading_seed``).
+    """
+    recorder = _recording_module().start_recording(salt) if record else None
     run_cell = _bound_run_cell()
+    limit_memory = _memory_limiter()  # bound before any learner code can replace its parts
     shell = _make_shell()
     caching = shell.compile.cache
     hidden_cache = _uncached(shell)
@@ -154,6 +161,8 @@ def execute_cells(cells: list[CellJob], report_fd: int, record: bool) -> None:
         if recorder is not None:
             recorder.current_cell = cell.index
         shell.compile.cache = hidden_cache if cell.hidden else caching
+        if cell.memory_bytes is not None:
+            limit_memory(cell.memory_bytes)
         sys.stdout, sys.stderr = stdout, stderr
         failure: BaseException | None = None
         try:
@@ -177,6 +186,33 @@ def execute_cells(cells: list[CellJob], report_fd: int, record: bool) -> None:
         records = recorder.records.pop(cell.index, []) if recorder is not None else []
         write_line(report_fd, {"index": cell.index, "outputs": outputs,
                                "records": [_encode_record(r) for r in records]})
+
+
+def _memory_limiter() -> Any:
+    """``limit(extra)``: from now on this process may map at most ``extra`` bytes more than it
+    had when the job started, for good: soft and hard address-space limits both drop, and an
+    unprivileged process cannot raise a hard limit again. A memory rule of a test cell is
+    enforced so, by the kernel (an allocation over it raises MemoryError), never by a figure
+    the learner's process reports. Taken when the job starts, before any learner code."""
+    setrlimit, getrlimit, limit_as = resource.setrlimit, resource.getrlimit, resource.RLIMIT_AS
+    baseline = _mapped_bytes()
+
+    def limit(extra: int) -> None:
+        wanted = baseline + int(extra)
+        _, hard = getrlimit(limit_as)
+        if hard == resource.RLIM_INFINITY or wanted < hard:
+            setrlimit(limit_as, (wanted, wanted))
+
+    return limit
+
+
+def _mapped_bytes() -> int:
+    """This process's address space (VmSize), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _bounded(output: dict) -> dict:

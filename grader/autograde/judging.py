@@ -4,7 +4,10 @@ The solution run tells the parent which checks each test cell makes (exercise, s
 parameters). For a submission, the parent rebuilds those inputs and the expected outputs in
 its own process (the child never has the reference or an expected value) and judges the
 learner's arrays again. Monkeypatching numpy, torch or the check helpers in the child, or
-writing a forged report, cannot turn a failure into a pass: only the right numbers can.
+writing a forged report, cannot turn a failure into a pass. The inputs are drawn from a
+per-job secret salt (:func:`attention_learner.recording.grading_seed`), so no answer can
+be prepared for them; what can still pass without the learner's own implementation is
+delegation, which ``delegation.py`` scores 0.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attention_learner.checks import close_message
 from attention_learner.expected import Shipped, case_key
+from attention_learner.recording import CLOSE_CHECK, grading_seed
 from attention_learner.spec import Inputs
 from grader.autograde.child_report import CellReport, Record
 
@@ -24,9 +29,19 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ExpectedCheck:
+    """One check a test cell makes, as the source's own run made it."""
+
     exercise: str
     seed: int
     params: dict[str, Any]
+
+    @property
+    def earns(self) -> bool:
+        """Whether passing this check can earn points: a ``check(...)`` of a case, judged
+        against the parent's reference. A ``check_close`` compares two arrays of the
+        learner's own process (often both computed from the learner's code: a hand-worked
+        example, a self-consistency check), so it can only fail a cell, never earn one."""
+        return self.exercise != CLOSE_CHECK
 
 
 def expected_checks(cells: dict[int, CellReport],
@@ -46,8 +61,9 @@ class CheckFailure:
     missing: bool = False
 
 
-def rejudge(expected: list[ExpectedCheck], records: list[Record]) -> CheckFailure | None:
-    """None when every check the test cell must make arrived and passes here."""
+def rejudge(expected: list[ExpectedCheck], records: list[Record], salt: int = 0) -> CheckFailure | None:
+    """None when every check the test cell must make arrived and passes here, on the inputs
+    the job's ``salt`` drew (the parent draws the same ones)."""
     for k, want in enumerate(expected):
         if k >= len(records):
             return CheckFailure(f"check {k + 1} of {len(expected)} ({want.exercise}) never reported "
@@ -60,20 +76,32 @@ def rejudge(expected: list[ExpectedCheck], records: list[Record]) -> CheckFailur
             return CheckFailure(got.error)
         if got.arrays is None:
             return CheckFailure(f"check {k + 1} ({want.exercise}) sent no readable output", missing=True)
-        message = judge_arrays(want, got.arrays)
+        message = judge_arrays(want, got.arrays, salt) if want.exercise != CLOSE_CHECK else judge_close(
+            want, got.arrays)
         if message:
             return CheckFailure(message)
     return None
 
 
-def judge_arrays(want: ExpectedCheck, arrays: dict[str, np.ndarray]) -> str:
+def judge_close(want: ExpectedCheck, arrays: dict[str, np.ndarray]) -> str:
+    """A ``check_close``, decided here with the source's description and tolerance (the
+    child's are ignored) on the two arrays the child sent; see :attr:`ExpectedCheck.earns`."""
+    got, expected = arrays.get("got"), arrays.get("expected")
+    what = str(want.params.get("what", ""))
+    if got is None or expected is None:
+        return f"the check {what!r} sent no readable output"
+    return close_message(got, expected, what, float(want.params.get("atol", 1e-6)))
+
+
+def judge_arrays(want: ExpectedCheck, arrays: dict[str, np.ndarray], salt: int = 0) -> str:
     """"" when the learner's arrays are right for this case, else the explanation."""
     from grader.exercises import all_exercises
 
     spec = all_exercises().get(want.exercise)
     if spec is None:
         return f"unknown exercise {want.exercise!r}"
-    inputs, answers = case_answers(spec, want.seed, want.params)
+    seed = grading_seed(salt, want.exercise, want.seed, want.params)
+    inputs, answers = case_answers(spec, seed, want.params)
     return spec.judge(want.params, inputs, arrays, answers)
 
 
@@ -86,11 +114,10 @@ def case_answers(spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inp
     """The inputs of one case and what its verdict compares with, computed once per process
     (one grading run).
 
-    Every submission of an assignment makes the same checks (their seeds and params come
-    from the source's test cells, never from the submission), so the parent would otherwise
-    rebuild the same inputs and run the same reference and bug implementations once per
-    submission: measured, that was about half of the parent's time per submission. The
-    arrays are made read-only, so that no verdict can change what the next one sees.
+    The seed is the one the job's salt drew (fresh per submission), so a case is computed once
+    per submission that needs it; a re-judged cell, a repeated check and the unsalted runs
+    (the learner's check, the tests) share it. The arrays are made read-only, so that no
+    verdict can change what the next one sees.
     """
     key = (spec.name, case_key(seed, params))
     if key not in _ANSWERS:

@@ -13,12 +13,13 @@ files, source and grader code have not changed (and retries timeouts and crashes
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import signal
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,21 +36,27 @@ from attention_learner.cell_rules import (
     exercise_of,
     first_error,
     is_test_cell,
+    nbgrader_meta,
 )
 from grader.autograde import reports
 from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
+from grader.autograde.delegation import Delegation, analyse
 from grader.autograde.gradebook import SharedSaveAutoGrades, SourceCells, open_gradebook
 from grader.autograde.interrupts import Interrupts
 from grader.autograde.judging import ExpectedCheck, expected_checks, rejudge
 from grader.autograde.sandbox import ChildJob, Executor, Finished, Isolation, Limits, write_job_cells
 from grader.autograde.sanitize import Sanitized, sanitize
 from grader.autograde.submissions import (
+    TRUSTED,
     InvalidNotebook,
     Submission,
+    WalkedFile,
     code_fingerprint,
+    copy_walked_file,
     find_submissions,
     folder_fingerprint,
     read_notebook,
+    walk_folder,
 )
 from grader.nbgrader_course import generate_assignment, temporary_course
 
@@ -172,13 +179,17 @@ class Run:
             for p in sorted(source.iterdir()) if p.is_dir() and not p.is_symlink() and any(p.glob("*.ipynb"))
         }
 
-    def new_job(self, cells: dict[int, NotebookNode], files: list[tuple[Path, Path]]) -> ChildJob:
-        """A job folder only the parent and that one child will ever see."""
+    def new_job(self, cells: dict[int, NotebookNode], files: list[tuple[Path, Path]],
+                expected: dict[str, list[ExpectedCheck]] | None = None) -> ChildJob:
+        """A job folder only the parent and that one child will ever see; ``expected`` (the
+        source's checks per test cell) gives the cells their memory budgets."""
         job_id = f"j{next(self._ids)}"
         folder = self.work / "jobs" / job_id
-        write_job_cells(folder, [(i, c.source, is_test_cell(c)) for i, c in cells.items()])
+        write_job_cells(folder, [(i, c.source, is_test_cell(c)) for i, c in cells.items()],
+                        memory_budgets(cells, expected or {}))
         _copy_beside_files(folder / "home", files)
-        return ChildJob(job_id, str(folder), self.limits)
+        # a fresh secret per job: the child's checks draw their inputs from it, the parent too
+        return ChildJob(job_id, str(folder), self.limits, salt=secrets.randbits(62) + 1)
 
 
 def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions,
@@ -251,36 +262,30 @@ def _code_cells(nb: NotebookNode) -> dict[int, NotebookNode]:
     return {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}
 
 
-def _beside_files(*folders: Path | None) -> list[tuple[Path, Path]]:
-    """(relative path, file) of the files beside the notebooks; later folders win (the source's).
+def _beside_files(*folders: Submission | Path | None) -> list[WalkedFile]:
+    """The files beside the notebooks (no ``.ipynb``); later folders win (the source's).
 
+    A submission's are the very files its discovery walked and its fingerprint hashed
+    (``Submission.walk``); a folder (the source: trusted) is walked now by the same walker.
     Symlinks are never followed: a submission cannot point the grader at another file.
     """
-    chosen: dict[Path, Path] = {}
+    chosen: dict[Path, WalkedFile] = {}
     for folder in folders:
         if folder is None:
             continue
-        for path in _walk_no_symlinks(folder):
-            if path.suffix != ".ipynb":
-                chosen[path.relative_to(folder)] = path
-    return sorted(chosen.items())
+        walk = folder.walk if isinstance(folder, Submission) else walk_folder(folder, TRUSTED, read=False)
+        for file in walk.files if walk is not None else []:
+            if file.relative.suffix != ".ipynb":
+                chosen[file.relative] = file
+    return [chosen[relative] for relative in sorted(chosen)]
 
 
-def _walk_no_symlinks(folder: Path) -> Iterator[Path]:
-    for entry in sorted(folder.iterdir()):
-        if entry.is_symlink():
-            continue
-        if entry.is_dir():
-            yield from _walk_no_symlinks(entry)
-        elif entry.is_file():
-            yield entry
-
-
-def _copy_beside_files(home: Path, files: list[tuple[Path, Path]]) -> None:
-    for relative, source in files:
-        target = home / relative
+def _copy_beside_files(home: Path, files: list[WalkedFile]) -> None:
+    """Copy each file into the job's home: the bytes the walk hashed, or the job fails."""
+    for file in files:
+        target = home / file.relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target, follow_symlinks=False)
+        copy_walked_file(file, target)
 
 
 def _solution_run(run: Run, src: SourceAssignment) -> None:
@@ -399,7 +404,7 @@ def _prepare(run: Run, sub: Submission, src: SourceAssignment,
         result.status, result.message = Status.INVALID, sub.problem
         return []
     jobs, problems = [], []
-    files = _beside_files(sub.folder, src.folder)
+    files = _beside_files(sub, src.folder)
     for name, path in sub.notebooks.items():
         try:
             nb = read_notebook(path)
@@ -412,7 +417,8 @@ def _prepare(run: Run, sub: Submission, src: SourceAssignment,
             problems.append(f"{path.name} could not be read by nbgrader: {type(exc).__name__}: {exc}")
             continue
         result.notes += [f"{name}.ipynb: {note}" for note in sanitized.notes]
-        jobs.append(NotebookJob(sub, name, sanitized, run.new_job(_code_cells(sanitized.nb), files)))
+        job = run.new_job(_code_cells(sanitized.nb), files, src.expected.get(name, {}))
+        jobs.append(NotebookJob(sub, name, sanitized, job))
     if problems and not jobs:
         result.status, result.message = Status.INVALID, "; ".join(problems)
     elif problems:
@@ -446,7 +452,9 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
         if status is not Status.GRADED:
             result.status = status if result.status is Status.GRADED else result.status
             messages.append(f"{job.notebook}.ipynb: {message}")
-        result.tests += score_notebook(job, report, src.expected.get(job.notebook, {}))
+        delegation = delegation_of(job.sanitized.nb, src.notebooks[job.notebook])
+        result.flags += delegation.flags()
+        result.tests += score_notebook(job, report, src.expected.get(job.notebook, {}), delegation)
         _save(run, job, sub)
     graded = {job.notebook for job in jobs}
     for name in src.notebooks:  # missing or unreadable notebooks score 0, as nbgrader does
@@ -490,18 +498,51 @@ def _run_outcome(finished: Finished) -> tuple[Status, str, dict[int, CellReport]
     return Status.CRASHED, why + (f"; last output: {log}" if log else ""), report
 
 
+def memory_budgets(cells: dict[int, NotebookNode],
+                   expected: dict[str, list[ExpectedCheck]]) -> dict[int, int]:
+    """Cell index -> the bytes it may allocate: the smallest ``memory_budget`` among the
+    exercises its checks judge (a test cell of the memory case), for the test cells with one."""
+    from grader.exercises import all_exercises
+
+    exercises = all_exercises()
+    budgets = {}
+    for index, cell in cells.items():
+        if not is_test_cell(cell):
+            continue
+        checks = expected.get(cell.metadata.nbgrader["grade_id"], [])
+        found = [exercises[c.exercise].memory_budget for c in checks
+                 if c.exercise in exercises and exercises[c.exercise].memory_budget]
+        if found:
+            budgets[index] = min(found)
+    return budgets
+
+
+def delegation_of(submitted: NotebookNode, source: NotebookNode) -> Delegation:
+    """What the submission's solution cells hand to an implementation of their own exercise
+    (``delegation.py``), read against the source's locked cells."""
+    solutions = {c.metadata.nbgrader["grade_id"]: c.source for c in submitted.cells
+                 if c.cell_type == "code" and nbgrader_meta(c).get("solution")}
+    given = [c.source for c in source.cells if c.cell_type == "code" and not nbgrader_meta(c).get("solution")]
+    return analyse(solutions, given)
+
+
 def score_notebook(job: NotebookJob, report: dict[int, CellReport],
-                   expected: dict[str, list[ExpectedCheck]]) -> list[TestResult]:
+                   expected: dict[str, list[ExpectedCheck]],
+                   delegation: Delegation | None = None) -> list[TestResult]:
     """Put the child's outputs into the notebook and decide every test cell's points here.
 
     A test cell earns its points only if it ran, raised nothing, wrote nothing to stderr,
-    and every check the solution run made in it arrived and passed in this process. The
+    and every check the solution run made in it arrived and passed in this process; in a
+    notebook of this course (one whose solution run made re-judged checks) a test cell that
+    makes none earns nothing, and the tests of an exercise whose solution delegates it
+    (``delegation``) earn nothing either. The
     outputs a test cell keeps are its streams and its error: no value or display the
     learner's code produced there can reach nbgrader's scoring (a number would be read as
     partial credit), and a failed test gets an error output so that nbgrader's
     determine_grade, and hence the gradebook, agree with the decision taken here.
     """
     timed_out = job.finished.timed_out
+    course = any(expected.values())  # its checks go through attention_learner's channel
     tests = []
     for index, cell in enumerate(job.sanitized.nb.cells):
         meta = cell.metadata.get("nbgrader", {})
@@ -520,7 +561,14 @@ def score_notebook(job: NotebookJob, report: dict[int, CellReport],
             continue
         kept = [o for o in outputs if o["output_type"] in ("stream", "error")]
         cell.outputs = [nbformat.from_dict(o) for o in kept]
-        status, message = _test_verdict(line, kept, expected.get(meta["grade_id"], []), timed_out)
+        status, message = _test_verdict(line, kept, expected.get(meta["grade_id"], []), timed_out,
+                                        job.job.salt)
+        checks = expected.get(meta["grade_id"])
+        if status is TestStatus.PASSED and course and checks is not None and not any(c.earns for c in checks):
+            status, message = TestStatus.FAILED, ("this test cell makes no check(...) that the "
+                                                  "grader judges against its reference, so it earns nothing")
+        if delegation is not None and exercise_of(meta["grade_id"]) in delegation.delegated:
+            status, message = TestStatus.FAILED, delegation.message(exercise_of(meta["grade_id"]))
         max_points = float(meta.get("points", 0))
         if status is not TestStatus.PASSED and first_error(kept) is None:
             cell.outputs.append(nbformat.from_dict({"output_type": "error", "ename": "GradingFailure",
@@ -532,12 +580,12 @@ def score_notebook(job: NotebookJob, report: dict[int, CellReport],
 
 
 def _test_verdict(line: CellReport | None, outputs: list[dict], expected: list[ExpectedCheck],
-                  timed_out: bool) -> tuple[TestStatus, str]:
+                  timed_out: bool, salt: int = 0) -> tuple[TestStatus, str]:
     if line is None:
         if timed_out:
             return TestStatus.TIMEOUT, "the submission ran out of time before this test"
         return TestStatus.NOT_RUN, "this test never ran (the process stopped before it)"
-    failure = rejudge(expected, line.records)
+    failure = rejudge(expected, line.records, salt)
     if failure is not None and not failure.missing:
         return TestStatus.FAILED, failure.message  # judged here, where no learner code runs
     if failure is not None and first_error(outputs) is None:

@@ -1,4 +1,10 @@
-"""What an autograde run leaves behind: results.json, feedback.html, grades.csv."""
+"""What an autograde run leaves behind: results.json, feedback.html, grades.csv.
+
+Two rules hold for everything written here. Text that came from outside (student ids, file
+names, messages) may hold names that were not UTF-8 (surrogate escapes): they are written
+escaped, one byte as ``\\xNN`` (:func:`printable`), so no writer can fail on them. Every CSV
+goes through :func:`write_csv`, whose cells cannot be formulas (:func:`csv_cell`).
+"""
 
 from __future__ import annotations
 
@@ -6,23 +12,56 @@ import csv
 import io
 import json
 import os
+import re
 import tempfile
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# OWASP's list: a spreadsheet reads a cell that begins with one of these as a formula
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    # U+DC80..U+DCFF: one byte of a name that was not UTF-8 (os.fsdecode's surrogateescape)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with each byte of a non-UTF-8 name as ``\\xNN`` (any other lone surrogate as
+    ``\\uNNNN``): always encodable as UTF-8."""
+    return _SURROGATE.sub(_escape, text)
+
+
+def printable_tree(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, numbers) with every string :func:`printable`."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable_tree(v) for v in value]
+    return value
+
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new, never half."""
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new, never half.
+
+    A lone surrogate left in ``text`` is written as ``\\udcxx`` rather than failing (in JSON
+    that is the very escape that reads back as the same string)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as handle:
         handle.write(text)
     os.replace(tmp, path)
 
 
 def write_results(out: Path, result: dict[str, Any]) -> Path:
     folder = out / result["student_id"] / result["assignment"]
+    result = printable_tree(result)
     write_atomically(folder / "feedback.html", feedback_html(result))
     path = folder / "results.json"
     write_atomically(path, json.dumps(result, indent=1))  # last: it marks the job as done
@@ -40,7 +79,8 @@ def read_results(out: Path) -> list[dict[str, Any]]:
 
 
 def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[dict[str, Any]] = ()) -> Path:
-    """One row per student and assignment, one column per test grade id, quoted for Excel/LMS.
+    """One row per student and assignment, one column per test grade id, then the result's
+    flags (joined by "; "), quoted for Excel/LMS.
 
     ``extra_rows`` are results that have no folder in OUT (a student id that cannot name one).
     """
@@ -58,14 +98,36 @@ def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[
             [result["student_id"], result["assignment"], _number(result["score"]),
              _number(result["max_score"]), result["status"]]
             + [_number(points[c]) if c in points else "" for c in test_ids]
+            + ["; ".join(result.get("flags", []))]
         )
+    path = out / "grades.csv"
+    # flags last (delegation, review, weak isolation), so that the test columns stay in place
+    header = ["student_id", "assignment", "score", "max_score", "status", *test_ids, "flags"]
+    write_csv(path, header, rows)
+    return path
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell no spreadsheet will run: the rule for every CSV the grader writes.
+
+    Numbers (int, float: scores, the grader's own) are written as numbers, a negative one
+    included. Anything else is text: made :func:`printable`, and when it begins with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return (OWASP's CSV-injection list) prefixed
+    with a single quote, so ``=HYPERLINK(...)`` or a student id ``-1`` stays text.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    text = printable("" if value is None else str(value))
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def write_csv(path: Path, header: list[Any], rows: Iterable[list[Any]]) -> None:
+    """A CSV for spreadsheets and LMS imports: text quoted, numbers bare, every cell :func:`csv_cell`."""
     text = io.StringIO(newline="")
     writer = csv.writer(text, quoting=csv.QUOTE_NONNUMERIC)
-    writer.writerow(["student_id", "assignment", "score", "max_score", "status", *test_ids])
-    writer.writerows(rows)
-    path = out / "grades.csv"
+    writer.writerow([csv_cell(c) for c in header])
+    writer.writerows([csv_cell(c) for c in row] for row in rows)
     write_atomically(path, text.getvalue())
-    return path
 
 
 def _column(test: dict[str, Any], assignment: str) -> str:

@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_learner.cases.ch05 import build_decoder, build_encoder, call_decoder, call_encoder
+from attention_learner.cases.ch05 import (
+    build_decoder,
+    build_encoder,
+    call_decoder,
+    call_decoder_causality,
+    call_decoder_memory_padding,
+    call_encoder,
+    call_encoder_padding,
+)
 from attention_learner.torch_cases import backward, tensor
 from grader.exercises.spec import Arrays, exercise
 from grader.reference.multi_head import torch_attn_mask
@@ -106,9 +114,15 @@ def torch_decoder_reference(inputs: dict[str, Any]) -> Arrays:
     return {"output": out, **backward(out, inputs["G"], tensors, "nn.TransformerDecoderLayer")}
 
 
-def no_change(key: str, shape) -> Any:
-    """The expected outcome of a property check: an all-zero change of the given shape."""
-    return lambda inputs: {key: np.zeros(shape(inputs))}
+def no_change(key: str, shape, reference_output) -> Any:
+    """The expected outcome of a property check: an all-zero change of the given shape, and
+    the reference layer's output on the unchanged input (a property alone earns nothing)."""
+    return lambda inputs: {key: np.zeros(shape(inputs)), "output": reference_output(inputs)}
+
+
+def reference_output(call, cls) -> Any:
+    """inputs -> the reference layer's "output" through the learner-side case's own call."""
+    return lambda inputs: np.asarray(call(cls, inputs)["output"].detach().double())
 
 
 # ---------------------------------------------------------------- classic bugs of the layers
@@ -217,12 +231,18 @@ EXERCISES = [
     exercise("padding_mask", lambda i: {"mask": _padding(i)}, PADDING_BUGS),
     exercise("EncoderLayer", lambda i: call_encoder(EncoderLayer, i), ENCODER_BUGS),
     exercise("EncoderLayer__torch", torch_encoder_reference, ENCODER_BUGS),
-    exercise("EncoderLayer__padding", no_change("change_at_real_tokens", lambda i: i["x"].shape)),
+    exercise("EncoderLayer__padding", no_change("change_at_real_tokens", lambda i: i["x"].shape,
+                                                reference_output(call_encoder_padding, EncoderLayer))),
     exercise("DecoderLayer", lambda i: call_decoder(DecoderLayer, i), DECODER_BUGS),
     exercise("DecoderLayer__torch", torch_decoder_reference, DECODER_BUGS),
     exercise(
         "DecoderLayer__causality",
-        no_change("change_up_to_cut", lambda i: i["y"][:, : i["cut"] + 1].shape),
+        no_change("change_up_to_cut", lambda i: i["y"][:, : i["cut"] + 1].shape,
+                  reference_output(call_decoder_causality, DecoderLayer)),
     ),
-    exercise("DecoderLayer__memory_padding", no_change("change", lambda i: i["y"].shape)),
+    exercise(
+        "DecoderLayer__memory_padding",
+        no_change("change", lambda i: i["y"].shape,
+                  reference_output(call_decoder_memory_padding, DecoderLayer)),
+    ),
 ]

@@ -12,12 +12,13 @@ online_softmax_attention, KVCache and CachedSelfAttention (the cases are in
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import torch
 
-from attention_learner.cases.ch07 import CACHED_CONTRACT, chunk_bounds
+from attention_learner.cases.ch07 import CACHED_CONTRACT, MEMORY_CASE_BUDGET, chunk_bounds
 from attention_learner.torch_cases import build_module, tensor
 from grader.exercises.spec import Arrays, exercise
 from grader.reference import MultiHeadAttention, causal_mask
@@ -39,6 +40,16 @@ from grader.reference.scaled_dot_product import scaled_dot_product_attention_tor
 def online_reference(inputs: dict[str, Any]) -> Arrays:
     Q, K, V, block, mask = (inputs[n] for n in ("Q", "K", "V", "block_size", "mask"))
     return {"output": online_softmax_attention(Q, K, V, block, mask)}
+
+
+def memory_reference(inputs: dict[str, Any]) -> Arrays:
+    """The memory case's exact answer from its distinct keys: repeating a key c times adds
+    log(c) to its score, so softmax over all keys = softmax over the rows with those offsets."""
+    Q, K_rows, V_rows, counts = (inputs[n] for n in ("Q", "K_rows", "V_rows", "counts"))
+    scores = Q @ K_rows.T / np.sqrt(Q.shape[-1]) + np.log(counts)  # (n_q, m)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return {"output": weights @ V_rows}  # (n_q, d_v)
 
 
 def _online_mistake(mistake: str):
@@ -208,6 +219,9 @@ CACHED_BUGS = {
 
 EXERCISES = [
     exercise("online_softmax_attention", online_reference, ONLINE_BUGS),
+    # no classic bugs on this one: its point is the memory limit, and they would cost seconds
+    dataclasses.replace(exercise("online_softmax_attention__memory", memory_reference),
+                        memory_budget=MEMORY_CASE_BUDGET),
     exercise("KVCache", cache_reference, CACHE_BUGS),
     exercise("CachedSelfAttention", cached_reference, CACHED_BUGS),
     exercise("CachedSelfAttention__torch", cached_torch_reference, CACHED_BUGS),

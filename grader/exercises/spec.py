@@ -42,11 +42,14 @@ class Exercise:
                ``case.call`` gives).
     bugs:      classic bug, in words -> inputs -> the outputs that bug produces ({} where the
                bug does not apply); a failing output that matches one is named in the message.
+    memory_budget: bytes that a test cell making this check may allocate when graded (the
+               job's address-space limit is lowered to that for the cell); None = no rule.
     """
 
     case: Case
     reference: Callable[[Inputs], dict[str, Any]]
     bugs: Mapping[str, Callable[[Inputs], dict[str, Any]]] = field(default_factory=dict)
+    memory_budget: int | None = None
 
     @property
     def name(self) -> str:

@@ -36,7 +36,7 @@ import numpy as np
 
 from attention_learner import expected as shipped_data
 from attention_learner.cases import get_case
-from attention_learner.recording import CheckRecord, is_recording, record
+from attention_learner.recording import CLOSE_CHECK, CheckRecord, drawn_seed, is_recording, record
 from attention_learner.spec import Arrays, Case, Inputs, to_numpy
 
 Judge = Callable[[str, dict[str, Any], Inputs, Arrays], str]
@@ -49,7 +49,7 @@ class NoExpectedValues(LookupError):
 def check(exercise: str, learner: Any, *, seed: int = 0, **params: Any) -> None:
     """Run one case of ``exercise`` on the learner's ``learner`` and fail with an explanation."""
     case = get_case(exercise)
-    inputs = case.make_inputs(np.random.default_rng(seed), **params)
+    inputs = case.make_inputs(np.random.default_rng(drawn_seed(exercise, seed, params)), **params)
     got, error, warned = run_learner(case, learner, inputs)
     recorded = record(CheckRecord(exercise, seed, dict(params), got, error))
     if error:
@@ -196,10 +196,11 @@ def explain(
                 f"{case.function} is wrong on {case.case_description(params)}: {exc}\n"
                 + input_summary(inputs)
             )
+    atol, rtol = case.tolerance(params)
     problems = [
         p
         for key in expected
-        if (p := compare(key, expected[key], got.get(key), case.atol, case.rtol, case.labels))
+        if (p := compare(key, expected[key], got.get(key), atol, rtol, case.labels))
     ]
     if not problems:
         return ""
@@ -209,10 +210,10 @@ def explain(
     showing = [
         (description, produced)
         for description, produced in bugs
-        if any(k not in expected or compare(k, expected[k], v, case.atol, case.rtol)
+        if any(k not in expected or compare(k, expected[k], v, atol, rtol)
                for k, v in produced.items())
     ]
-    bug = matching_bug(raw, showing, case.atol, case.rtol)
+    bug = matching_bug(raw, showing, atol, rtol)
     if bug:
         lines.append(f"This looks like {bug}.")
     if case.hints is not None:
@@ -279,16 +280,32 @@ def matching_bug(got: Arrays, bugs: list[tuple[str, Arrays]], atol: float, rtol:
 
 
 def check_close(got: Any, expected: Any, what: str, atol: float = 1e-6) -> None:
-    """A small visible assertion with a readable message, for hand-worked examples."""
+    """A small visible assertion with a readable message, for hand-worked examples.
+
+    Under the grader it judges nothing: it records both arrays, and the parent compares the
+    learner's ``got`` with the ``expected`` of the same call in the source's own run.
+    """
     got_a, expected_a = to_numpy(got), to_numpy(expected)
-    if got_a.shape != expected_a.shape:
-        raise AssertionError(f"{what}: expected shape {expected_a.shape}, got {got_a.shape}")
-    if not np.allclose(got_a, expected_a, atol=atol, rtol=1e-5):
-        raise AssertionError(
-            f"{what}: expected\n{np.array2string(expected_a, precision=4)}\n"
-            f"got\n{np.array2string(got_a, precision=4)}"
-        )
+    params = {"what": str(what), "atol": float(atol)}
+    if record(CheckRecord(CLOSE_CHECK, 0, params, {"got": got_a, "expected": expected_a})):
+        return
+    message = close_message(got_a, expected_a, what, atol)
+    if message:
+        raise AssertionError(message)
     _tally.passed += 1
+
+
+def close_message(got: np.ndarray, expected: np.ndarray, what: str, atol: float = 1e-6) -> str:
+    """"" when ``got`` matches ``expected`` (shape, then values within atol and rtol 1e-5),
+    else what is wrong; :func:`check_close` and the grader's parent both decide with it."""
+    if got.shape != expected.shape:
+        return f"{what}: expected shape {expected.shape}, got {got.shape}"
+    if not np.allclose(got, expected, atol=atol, rtol=1e-5):
+        return (
+            f"{what}: expected\n{np.array2string(expected, precision=4)}\n"
+            f"got\n{np.array2string(got, precision=4)}"
+        )
+    return ""
 
 
 # ---------------------------------------------------------------- "passed: 2 checks"

@@ -1,9 +1,12 @@
 """The NumPy exercises' conventions: every output float64, every input array left unmodified.
 
 Chapters 1 to 3 ask for NumPy functions. :func:`numpy_case` wraps such a case so that its call
-adapter also reports both conventions as raw facts (``"float64"`` and ``"unchanged"``, two
-bool arrays), labels them for messages and adds a hint when one is broken. The grader's side
-expects both facts True for every case that reports them (``grader.exercises.spec``).
+adapter returns, beside the learner's outputs in the dtypes the learner gave them, each input
+array as it is after the call (``after_<name>``). Whoever judges, the learner's kernel or the
+grader's parent, then derives both conventions itself (:func:`convention_facts`): "float64"
+from the dtypes of the arrays it received, "unchanged" by comparing the inputs after the call
+with its own copy of the inputs. Under the grader the child states no fact at all: what the
+parent reads is the bytes of the arrays, and the inputs it compares with are its own.
 """
 
 from __future__ import annotations
@@ -20,43 +23,41 @@ CONVENTION_LABELS = {
     "float64": "whether every output is float64",
     "unchanged": "whether the input arrays were left unmodified",
 }
-
-
-def is_float64(value: Any) -> bool:
-    """True for a float64 array or tensor, a Python float, or a tuple or list of those."""
-    if isinstance(value, tuple | list) and any(hasattr(v, "dtype") for v in value):
-        return all(is_float64(v) for v in value)
-    dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        dtype = np.asarray(value).dtype
-    return str(dtype) in ("float64", "torch.float64")
+AFTER = "after_"  # prefix of an input array as the learner's call left it
 
 
 def numpy_conventions(adapter: Callable[[Any, Inputs], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    """A NumPy exercise's call adapter that also reports two conventions as raw facts.
+    """A NumPy exercise's call adapter that also returns each input array after the call.
 
-    "float64": whether everything the learner's function returned is float64 (a float32
-    result loses precision the later chapters rely on); "unchanged": whether every input
-    array is bit-for-bit what it was before the call (an in-place update such as
-    ``z -= z.max()`` corrupts the caller's data).
+    ``inputs`` are the copies the learner's function receives (``run_learner`` makes them), so
+    an in-place update such as ``z -= z.max()`` shows in ``after_z``.
     """
 
     def call(fn: Any, inputs: Inputs) -> dict[str, Any]:
-        before = {k: v.copy() for k, v in inputs.items() if isinstance(v, np.ndarray)}
-        returned: list[Any] = []
-
-        def spy(*args: Any, **kwargs: Any) -> Any:  # sees the return value before conversion
-            result = fn(*args, **kwargs)
-            returned.append(result)
-            return result
-
-        outputs = dict(adapter(spy, inputs))
-        unchanged = all(np.array_equal(inputs[k], v, equal_nan=True) for k, v in before.items())
-        float64 = all(is_float64(r) for r in returned)
-        return {**outputs, "float64": np.array(float64), "unchanged": np.array(unchanged)}
+        outputs = dict(adapter(fn, inputs))
+        after = {AFTER + k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+        return {**outputs, **after}
 
     call.__doc__ = adapter.__doc__
     return call
+
+
+def convention_facts(inputs: Inputs, raw: Arrays) -> Arrays:
+    """The learner's outputs (as float64 for comparing) and the two conventions, decided here
+    from ``raw`` (what arrived) and ``inputs`` (the judge's own copy of the case's inputs):
+    "float64" when every non-bool output arrived as float64, "unchanged" when every input
+    array came back bit for bit as it was given."""
+    outputs = {k: v for k, v in raw.items() if not k.startswith(AFTER)}
+    float64 = all(v.dtype == np.float64 for v in outputs.values() if v.dtype.kind != "b")
+    unchanged = True
+    for name, given in inputs.items():
+        if isinstance(given, np.ndarray):
+            back = raw.get(AFTER + name)
+            same = (back is not None and back.shape == given.shape
+                    and np.array_equal(back, given, equal_nan=given.dtype.kind == "f"))
+            unchanged = unchanged and bool(same)
+    compared = {k: v if v.dtype.kind == "b" else v.astype(np.float64) for k, v in outputs.items()}
+    return {**compared, "float64": np.array(float64), "unchanged": np.array(unchanged)}
 
 
 def convention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
@@ -78,16 +79,24 @@ def convention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]
 
 def numpy_case(case: Case) -> Case:
     """``case`` with the NumPy conventions checked: float64 outputs, inputs left unmodified."""
-    hints = case.hints
+    hints, derive = case.hints, case.derive
 
     def all_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
         own = hints(inputs, expected, got) if hints is not None else []
         return own + convention_hints(inputs, expected, got)
 
+    def facts_then_derive(inputs: Inputs, raw: Arrays) -> Arrays:
+        facts = convention_facts(inputs, raw)
+        if derive is None:
+            return facts
+        outputs = {k: v for k, v in facts.items() if k not in CONVENTION_LABELS}
+        return {**derive(inputs, outputs), **{k: facts[k] for k in CONVENTION_LABELS}}
+
     return dataclasses.replace(
         case,
         call=numpy_conventions(case.call),
         hints=all_hints,
+        derive=facts_then_derive,
         labels={**case.labels, **CONVENTION_LABELS},
     )
 

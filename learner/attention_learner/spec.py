@@ -58,6 +58,9 @@ class Case:
     labels:      output key -> how to name it in a message ("the gradient with respect to Q").
     atol, rtol:  the tolerances of the comparison: an output passes where
                  |got - expected| <= atol + rtol * |expected|, entry by entry.
+    conditioning: params -> how many times ``atol`` and ``rtol`` this case's outputs may be
+                 off by between two correct implementations, where the inputs amplify float64
+                 rounding (scores near -4e9); None = 1. See :meth:`tolerance`.
 
     Floating-point results differ in their last bits from one CPU, BLAS or thread count to
     another, by an amount that follows the case's conditioning (scores near -4e9 move float64
@@ -76,6 +79,12 @@ class Case:
     labels: dict[str, str] = field(default_factory=dict)
     atol: float = 1e-6
     rtol: float = 1e-5
+    conditioning: Callable[[dict[str, Any]], float] | None = None
+
+    def tolerance(self, params: dict[str, Any]) -> tuple[float, float]:
+        """(atol, rtol) of the comparison for the case with ``params``."""
+        factor = 1.0 if self.conditioning is None else float(self.conditioning(self.full_params(params)))
+        return self.atol * factor, self.rtol * factor
 
     def __post_init__(self) -> None:
         adapter = self.call
@@ -135,10 +144,13 @@ def unpack(result: Any, names: tuple[str, ...], function: str) -> tuple[Any, ...
 
 
 def to_numpy(value: Any) -> np.ndarray:
-    """A learner's output as a NumPy array: bool stays bool, everything else becomes float64.
+    """A learner's output as a NumPy array, keeping what a judge needs to know of its type.
 
-    Tensors are detached first; keeping bool apart lets a check tell a float mask from a
-    boolean one.
+    Tensors are detached and become float64 (bool stays bool): torch exercises have no dtype
+    rule. NumPy arrays and Python numbers keep their floating dtype (float16, float32 and
+    float64; a longer float becomes float64), integers become int64 and bool stays bool, so
+    that the NumPy exercises' float64 rule is read from the arrays themselves
+    (:mod:`attention_learner.conventions`).
     """
     if hasattr(value, "detach"):
         value = value.detach().cpu()
@@ -148,4 +160,8 @@ def to_numpy(value: Any) -> np.ndarray:
         raise TypeError(f"expected an array of numbers, got {type(value).__name__}")
     if array.dtype.kind == "b":
         return array
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64)
+    if array.dtype.kind == "f" and array.dtype.itemsize <= 8:
+        return array.astype(array.dtype.newbyteorder("="), copy=False)
     return array.astype(np.float64)

@@ -66,6 +66,14 @@ def make_attention_inputs(
     return {"Q": Q, "K": K, "V": V, "mask": mask_array, "G": G}
 
 
+def rounding_of_extreme_scores(params: dict[str, Any]) -> float:
+    """Scores near -4e9 are rounded to about 5e-7 in float64; the weights inherit that, and the
+    gradient with respect to K multiplies it again by the -4e9 queries: two correct
+    implementations differed by up to 1.5e-5 relative there over 10 fresh draws (0 elsewhere),
+    so such a case allows 100 times the base tolerance."""
+    return 100.0 if params.get("extreme") == "very_negative" else 1.0
+
+
 EXTREMES = {
     None: "",
     "masked_max": ", every fully hidden key holding a score about 1e4 above the visible ones",
@@ -185,6 +193,7 @@ CASES = [
         call=call_attention_torch,
         describe=describe_attention,
         hints=attention_hints,
+        conditioning=rounding_of_extreme_scores,
     ),
     Case(
         name="scaled_dot_product_attention_torch__gradients",

@@ -271,26 +271,39 @@ def _two_outputs(got: Arrays, shape: tuple[int, ...]) -> tuple[np.ndarray, np.nd
     return got["output"], got["output_changed"]
 
 
+# A property alone is no answer (a layer that returns zeros never moves): each property case
+# also compares the output on the unchanged input with the reference's.
+
+
 def derive_encoder_padding(inputs: Inputs, got: Arrays) -> Arrays:
-    """How far the real tokens' outputs moved (should be 0)."""
+    """How far the real tokens' outputs moved (should be 0), and the output itself."""
     before, after = _two_outputs(got, inputs["x"].shape)
     real = inputs["pad_mask"][..., None]  # (B, n, 1)
-    return {"change_at_real_tokens": (after - before) * real}
+    return {"change_at_real_tokens": (after - before) * real, "output": before}
 
 
 def derive_causality(inputs: Inputs, got: Arrays) -> Arrays:
-    """How far outputs 0..cut moved when the tokens after ``cut`` changed (should be 0)."""
+    """How far outputs 0..cut moved when the tokens after ``cut`` changed (should be 0), and
+    the output itself."""
     before, after = _two_outputs(got, inputs["y"].shape)
-    return {"change_up_to_cut": (after - before)[:, : inputs["cut"] + 1]}
+    return {"change_up_to_cut": (after - before)[:, : inputs["cut"] + 1], "output": before}
 
 
 def derive_memory_padding(inputs: Inputs, got: Arrays) -> Arrays:
-    """How far the outputs moved when padded memory changed (should be 0)."""
+    """How far the outputs moved when padded memory changed (should be 0), and the output."""
     before, after = _two_outputs(got, inputs["y"].shape)
-    return {"change": after - before}
+    return {"change": after - before, "output": before}
+
+
+def _moved(got: Arrays, key: str) -> bool:
+    """Whether the property case's change ``key`` is not zero (the property is broken)."""
+    change = got.get(key)
+    return change is not None and bool(np.abs(change).max(initial=0.0) > 1e-6)
 
 
 def causality_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    if not _moved(got, "change_up_to_cut"):
+        return []
     return [
         f"Changing the target tokens after position {inputs['cut']} moved the outputs at "
         f"positions 0..{inputs['cut']}: the decoder looked into the future. Build a causal "
@@ -299,6 +312,8 @@ def causality_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> li
 
 
 def encoder_padding_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    if not _moved(got, "change_at_real_tokens"):
+        return []
     return [
         "Changing padding tokens moved the outputs of real tokens: padded keys must be hidden "
         "from every query (pass pad_mask[:, None, None, :], True = real token, to self_attn)."
@@ -306,6 +321,8 @@ def encoder_padding_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays)
 
 
 def memory_padding_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    if not _moved(got, "change"):
+        return []
     return [
         "Changing padded positions of memory moved the decoder's outputs: pass "
         "memory_pad_mask[:, None, None, :] to cross_attn."

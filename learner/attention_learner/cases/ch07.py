@@ -61,6 +61,39 @@ def describe_online(params: dict[str, Any]) -> str:
     return text
 
 
+#: what the memory case's test cell may allocate on top of what the job had when it started;
+#: the grader's kernel limit (an address-space limit lowered before that cell) enforces it
+MEMORY_CASE_BUDGET = 256 * 2**20
+
+
+def make_memory_inputs(
+    rng: np.random.Generator,
+    n_q: int = 1024,
+    n_k: int = 65536,
+    distinct: int = 61,
+    block_size: int = 2048,
+) -> dict[str, Any]:
+    """A case whose (n_q, n_k) float64 score matrix (512 MiB by default) is larger than
+    :data:`MEMORY_CASE_BUDGET`, while blocks of (n_q, block_size) fit easily.
+
+    The keys and values are ``distinct`` random rows, each repeated (about equally often) and
+    shuffled along the key axis, so that the exact answer is cheap to compute for whoever
+    judges: attention over the distinct rows, each weighted by how often it occurs.
+    """
+    Q = normal(rng, n_q, 2)  # (n_q, 2)
+    K_rows, V_rows = normal(rng, distinct, 2), normal(rng, distinct, 3)  # (m, 2), (m, 3)
+    which = rng.permutation(np.arange(n_k) % distinct)  # (n_k,) the row each key repeats
+    return {"Q": Q, "K": K_rows[which], "V": V_rows[which], "mask": None, "block_size": block_size,
+            "K_rows": K_rows, "V_rows": V_rows, "counts": np.bincount(which, minlength=distinct)}
+
+
+def describe_memory(params: dict[str, Any]) -> str:
+    full = params["n_q"] * params["n_k"] * 8
+    return (f"{params['n_q']} queries and {params['n_k']} keys in blocks of {params['block_size']}: "
+            f"the whole (n_q, n_k) score matrix would take {full / 2**20:.0f} MiB, more than the "
+            f"{MEMORY_CASE_BUDGET // 2**20} MiB this test may allocate when graded")
+
+
 def call_online(fn: Any, inputs: dict[str, Any]) -> Arrays:
     out = fn(inputs["Q"], inputs["K"], inputs["V"], inputs["block_size"], inputs["mask"])
     if isinstance(out, tuple):
@@ -284,6 +317,15 @@ CASES = [
         make_inputs=make_online_inputs,
         call=call_online,
         describe=describe_online,
+        hints=online_hints,
+        atol=1e-9,
+        rtol=1e-7,
+    ),
+    Case(
+        name="online_softmax_attention__memory",
+        make_inputs=make_memory_inputs,
+        call=call_online,
+        describe=describe_memory,
         hints=online_hints,
         atol=1e-9,
         rtol=1e-7,
