@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.autograde.submissions import SUBMISSION_LIMITS, walk_folder
+from grader.autograde.submissions import SUBMISSION_LIMITS, copy_walked_file, walk_folder
 from tests.security.test_attacks import _open_path_to_python
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
@@ -141,6 +141,7 @@ def _build_class(submitted: Path) -> dict[str, Path]:
         _hand_in(submitted, student)
     _sparse(_hand_in(submitted, "sparse_beside") / "big.bin")
     _sparse(_hand_in(submitted, "sparse_notebook") / f"{A}.ipynb")
+    os.mkfifo(_hand_in(submitted, "fifo") / "pipe")  # opening it to read would block forever
     _hand_in(submitted, NOT_UTF8_ID)
     odd = os.fsencode(_hand_in(submitted, "odd_names", READS_ODD_NAME))
     os.mkdir(odd + b"/folder\xfe")
@@ -261,6 +262,12 @@ def test_a_32_gib_sparse_file_beside_the_notebook_is_left_out_unread(graded):
     assert "big.bin: 32,768 MB, over the 50 MB limit" in _everything(res)
 
 
+def test_a_fifo_beside_the_notebook_is_left_out(graded):
+    res = graded["results"]["fifo"]
+    assert (res["status"], res["score"]) == ("graded", FULL), res
+    assert "pipe: not a regular file" in _everything(res)
+
+
 def test_a_32_gib_sparse_notebook_is_invalid(graded):
     res = graded["results"]["sparse_notebook"]
     assert (res["status"], res["score"]) == ("invalid", 0), res
@@ -338,3 +345,15 @@ def test_the_walk_never_reads_a_sparse_file(tmp_path, monkeypatch):
     assert [str(f.relative) for f in walk.files] == ["small.txt"]
     assert [str(s.relative) for s in walk.skipped] == ["big.bin"]
     assert not any(p.endswith("big.bin") for p in opened), opened
+
+
+def test_the_job_gets_the_bytes_that_were_fingerprinted_or_nothing(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "data.txt").write_text("as walked")
+    (walked,) = walk_folder(tmp_path / "in").files
+    copy_walked_file(walked, tmp_path / "copy.txt")
+    assert (tmp_path / "copy.txt").read_text() == "as walked"
+    (tmp_path / "in" / "data.txt").write_text("changed after")
+    with pytest.raises(ValueError, match="changed while it was being graded"):
+        copy_walked_file(walked, tmp_path / "second.txt")
+    assert not (tmp_path / "second.txt").exists()
