@@ -34,6 +34,7 @@ class CellJob:
     source: str
     hidden: bool = False  # a test cell: run without leaving its source anywhere readable
     memory_bytes: int | None = None  # what this cell may allocate above the job's start
+    warnings_on_stdout: bool = False  # this course's notebooks: a warning costs no points
 
 
 class BoundedStream(io.TextIOBase):
@@ -147,7 +148,13 @@ def execute_cells(cells: list[CellJob], report_fd: int, record: bool, salt: int 
 
     With ``record``, every check records the learner's raw outputs for the parent, on inputs
     drawn from ``salt`` (the job's secret, see ``attention_learner.recording.grading_seed``).
+    A cell with ``warnings_on_stdout`` (this course's notebooks) shows warnings on stdout, as
+    a notebook kernel that imports the learner package does, so that they cost no points.
     """
+    if any(cell.warnings_on_stdout for cell in cells):
+        from attention_learner.checks import show_warnings_on_stdout
+
+        show_warnings_on_stdout()
     recorder = _recording_module().start_recording(salt) if record else None
     run_cell = _bound_run_cell()
     limit_memory = _memory_limiter()  # bound before any learner code can replace its parts

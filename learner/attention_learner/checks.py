@@ -333,12 +333,35 @@ def _end_cell(result: Any) -> None:
 
 
 def announce_passes_in(shell: Any) -> None:
-    """Make IPython ``shell`` print "passed: N checks" after each cell whose checks passed."""
+    """Make IPython ``shell`` print "passed: N checks" after each cell whose checks passed,
+    and show the learner's warnings on stdout (:func:`show_warnings_on_stdout`)."""
     if shell is None or getattr(shell, "_attention_announces", False):
         return
     shell.events.register("pre_run_cell", _start_cell)
     shell.events.register("post_run_cell", _end_cell)
     shell._attention_announces = True
+    show_warnings_on_stdout()
+
+
+WARNED = "Your code warned (a warning costs no points in this course): "
+
+
+def show_warnings_on_stdout() -> None:
+    """Show every warning as one line on stdout instead of stderr.
+
+    nbgrader scores a test cell 0 when anything reaches stderr, so a harmless warning from
+    the learner's code (torch's UserWarning on ``torch.tensor(a_tensor)``) would cost a
+    correct test its points. In this course's notebooks a warning is shown, in the cell and
+    in the feedback, and costs nothing: the kernel of a notebook that imports this package
+    (Jupyter, nbgrader validate, plain nbgrader autograde) and the grader's child for this
+    course's notebooks both show warnings this way. Any other write to stderr still counts.
+    """
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        sys.stdout.write(f"{WARNED}{category.__name__}: {message}\n")
+
+    warnings.showwarning = show
 
 
 def _current_shell() -> Any:
