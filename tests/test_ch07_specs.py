@@ -19,6 +19,7 @@ pytestmark = pytest.mark.ch07
 ASSIGNMENT = "07_attention_at_scale"
 REFERENCE = {
     "online_softmax_attention": online_softmax_attention,
+    "online_softmax_attention__memory": online_softmax_attention,
     "KVCache": KVCache,
     "CachedSelfAttention": CachedSelfAttention,
     "CachedSelfAttention__torch": CachedSelfAttention,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attention_learner.checks import close_message
+from attention_learner.checks import close_message, explain
 from attention_learner.expected import Shipped, case_key
 from attention_learner.recording import CLOSE_CHECK, grading_seed
 from attention_learner.spec import Inputs
@@ -94,20 +94,47 @@ def judge_close(want: ExpectedCheck, arrays: dict[str, np.ndarray]) -> str:
 
 
 def judge_arrays(want: ExpectedCheck, arrays: dict[str, np.ndarray], salt: int = 0) -> str:
-    """"" when the learner's arrays are right for this case, else the explanation."""
+    """"" when the learner's arrays are right for this case, else the explanation.
+
+    The classic bugs' outputs only name a mistake, so they are computed only for a failing
+    output: a passing check costs one reference run."""
     from grader.exercises import all_exercises
 
     spec = all_exercises().get(want.exercise)
     if spec is None:
         return f"unknown exercise {want.exercise!r}"
     seed = grading_seed(salt, want.exercise, want.seed, want.params)
-    inputs, answers = case_answers(spec, seed, want.params)
-    return spec.judge(want.params, inputs, arrays, answers)
+    inputs, expected = _case(spec, seed, want.params)[:2]
+    message = explain(spec.case, want.params, inputs, arrays, expected, [])
+    if message:
+        inputs, answers = case_answers(spec, seed, want.params)
+        message = explain(spec.case, want.params, inputs, arrays, answers.expected, answers.bugs)
+    return message
 
 
-# (exercise, case key) -> the case's inputs and answers; see case_answers
-_ANSWERS: dict[tuple[str, str], tuple[Inputs, Shipped]] = {}
+# (exercise, case key) -> [the case's inputs, its expected outputs, its classic bugs' outputs
+# or None until a failing output needs them]; see case_answers
+_ANSWERS: dict[tuple[str, str], list[Any]] = {}
 MAX_CACHED_CASES = 4096
+
+
+def _case(spec: Exercise, seed: int, params: dict[str, Any]) -> list[Any]:
+    key = (spec.name, case_key(seed, params))
+    if key not in _ANSWERS:
+        if len(_ANSWERS) >= MAX_CACHED_CASES:
+            _ANSWERS.clear()
+        inputs = spec.make_inputs(np.random.default_rng(seed), **params)
+        expected = spec.expected(inputs)
+        _read_only(inputs, expected)
+        _ANSWERS[key] = [inputs, expected, None]
+    return _ANSWERS[key]
+
+
+def _read_only(*groups: dict[str, Any]) -> None:
+    for arrays in groups:
+        for value in arrays.values():
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
 
 
 def case_answers(spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Shipped]:
@@ -119,15 +146,8 @@ def case_answers(spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inp
     (the learner's check, the tests) share it. The arrays are made read-only, so that no
     verdict can change what the next one sees.
     """
-    key = (spec.name, case_key(seed, params))
-    if key not in _ANSWERS:
-        if len(_ANSWERS) >= MAX_CACHED_CASES:
-            _ANSWERS.clear()
-        inputs = spec.make_inputs(np.random.default_rng(seed), **params)
-        answers = spec.answers(inputs)
-        for arrays in (inputs, answers.expected, *(outputs for _, outputs in answers.bugs)):
-            for value in arrays.values():
-                if isinstance(value, np.ndarray):
-                    value.setflags(write=False)
-        _ANSWERS[key] = (inputs, answers)
-    return _ANSWERS[key]
+    entry = _case(spec, seed, params)
+    if entry[2] is None:
+        entry[2] = spec.bug_outputs(entry[0])
+        _read_only(*(outputs for _, outputs in entry[2]))
+    return entry[0], Shipped(entry[1], entry[2])

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attention_learner.conventions import numpy_case
 from attention_learner.inputs import normal
 from attention_learner.spec import Arrays, Case, Inputs
 
@@ -96,11 +97,15 @@ class ToyTranslator:
         self.W_next = torch.as_tensor(W_next, dtype=torch.float64)  # (V, V)
         self.W_pos = torch.as_tensor(W_pos, dtype=torch.float64)  # (P, V)
         self.W_src = torch.as_tensor(W_src, dtype=torch.float64)  # (V_src, V)
+        self.encode_calls = 0  # the notebook's rules, counted: encode once ...
+        self.decode_batches: list[int] = []  # ... and decode the whole batch at every step
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:
+        self.encode_calls += 1
         return self.W_src[src]  # (B, n_src, V)
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        self.decode_batches.append(int(tgt.shape[0]))
         n_tgt = tgt.shape[1]
         positions = torch.arange(n_tgt) % self.W_pos.shape[0]  # (n_tgt,), never out of range
         return (
@@ -161,9 +166,17 @@ def toy_model(inputs: Inputs) -> ToyTranslator:
 
 
 def call_decode(fn: Any, inputs: Inputs) -> Arrays:
+    """The ids, and the two rules the notebook states, counted on the toy model: how many
+    times ``encode`` ran, and the smallest batch ``decode`` was given (B when it always got
+    the whole batch). The return type is part of the contract: an int64 tensor."""
     src = torch.from_numpy(inputs["src"])
-    ids = fn(toy_model(inputs), src, inputs["max_len"], inputs["bos_id"], inputs["eos_id"])
-    return {"ids": ids}
+    model = toy_model(inputs)
+    ids = fn(model, src, inputs["max_len"], inputs["bos_id"], inputs["eos_id"])
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64:
+        kind = type(ids).__name__ if not isinstance(ids, torch.Tensor) else f"tensor of {ids.dtype}"
+        raise TypeError(f"greedy_decode should return an int64 tensor of token ids, got a {kind}")
+    return {"ids": ids, "encode_calls": np.array(model.encode_calls),
+            "smallest_decode_batch": np.array(min(model.decode_batches, default=len(src)))}
 
 
 def describe_decode(params: dict[str, Any]) -> str:
@@ -182,6 +195,12 @@ def decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     if ids is None or ids.ndim != 2:
         return ["greedy_decode should return one row of token ids per sentence: shape (B, T)."]
     hints = []
+    if "encode_calls" in got and int(got["encode_calls"]) != 1:
+        hints.append("Encode the source once, before the loop: the memory does not change while "
+                     "the target grows.")
+    if "smallest_decode_batch" in got and int(got["smallest_decode_batch"]) < len(inputs["src"]):
+        hints.append("Decode the whole batch at every step (one call for all sentences), never one "
+                     "sentence at a time: finished sentences are padded with EOS.")
     if not np.array_equal(ids, np.round(ids)):
         hints.append("The ids are not whole numbers: return the argmax (token ids), not logits.")
     want = expected["ids"]
@@ -224,5 +243,12 @@ CASES = [
         call=call_decode,
         describe=describe_decode,
         hints=decode_hints,
+        labels={"encode_calls": "how many times model.encode was called (once)",
+                "smallest_decode_batch": "the smallest batch model.decode was given (the whole "
+                                         "batch, every step)"},
     ),
 ]
+# the NumPy exercises of this chapter keep the course's NumPy conventions (float64 results,
+# inputs left unchanged), decided by the judge as in chapters 1 to 3
+NUMPY_EXERCISES = ("positional_encoding", "positional_encoding__properties")
+CASES = [numpy_case(c) if c.name in NUMPY_EXERCISES else c for c in CASES]
