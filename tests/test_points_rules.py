@@ -16,7 +16,7 @@ from attention_learner.conventions import AFTER, convention_facts
 from grader.autograde.child_report import Record, decode_array, encode_arrays
 from grader.autograde.delegation import FORBIDDEN, analyse
 from grader.autograde.judging import ExpectedCheck, judge_close, rejudge
-from grader.autograde.pipeline import memory_budgets
+from grader.autograde.scoring import memory_budgets
 from grader.exercises import all_exercises
 from tests.notebook_runner import assignments, source_notebook
 

@@ -2,16 +2,23 @@
 
 The pieces, in the order a submission meets them:
 
-- ``submissions``: find the submitted notebooks and read them (invalid ones get a status);
+- ``sources``: the source assignments and their solution run (which checks each test makes);
+- ``submissions``: find the submitted notebooks, walk their folders once (the walk is both
+  what is fingerprinted and what a job receives) and read them (invalid ones get a status);
 - ``sanitize``: nbgrader's own preprocessors restore test and locked cells from the source;
-- ``sandbox``, ``confine`` and ``execution``: one fresh child process per notebook, forked
-  from a server that has already imported numpy and torch (``preload``), confined in
-  namespaces of its own with limits and a timeout (``distributed``: the same jobs on Dask);
+- ``scheduling``: jobs in flight, ``workers`` at a time;
+- ``sandbox``, ``confine``, ``cgroups`` and ``execution``: one fresh child process per
+  notebook, forked from a server that has already imported numpy and torch (``preload``),
+  confined with limits and a timeout (``distributed``: the same jobs on Dask);
 - ``child_report``: the one channel back from the child, size-capped and validated;
-- ``cells``: what a cell is (test, solution) and the statuses of cells and submissions;
 - ``judging``: the parent re-decides every check from the raw arrays the child sent back;
-- ``pipeline``: the run itself; it scores each notebook with nbgrader's determine_grade
-  (after stripping what the child displayed in test cells) and saves the autograded notebook;
+- ``delegation``: which solutions hand their exercise to an implementation of it;
+- ``scoring``: the rules that turn a finished job into each test's points (pure functions);
+- ``results``: the typed records (``TestResult``, ``SubmissionResult``, ``Summary``, exit codes);
+- ``pipeline``: the run itself: prepare, schedule, score, save;
 - ``gradebook``: nbgrader's gradebook preprocessors, sharing one open gradebook;
 - ``reports``: results.json, feedback.html and grades.csv.
+
+The statuses and the rule for when a cell passed are ``attention_learner.cell_rules``, shared
+with the learner's own check.
 """

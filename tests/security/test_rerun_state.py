@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader.autograde.pipeline import _unchanged
+from grader.autograde.results import unchanged as _unchanged
 from grader.autograde.submissions import code_fingerprint
 
 pytestmark = [pytest.mark.security, pytest.mark.grading]
