@@ -1,20 +1,22 @@
 """The book's figure helpers (matplotlib): shared by every chapter's pages, never by grading.
 
 Pages import them as ``from book_figures import show_heatmaps, use_book_style``. Each
-plotting function draws on a new figure and returns it; the page gives the cell a caption
-and an alt text (``mystnb.figure``, ``mystnb.image.alt``). ``style`` holds the sizes and
+plotting function draws on a new figure and returns it; the page cell ends with that figure
+as its last value, and gives the cell a caption and an alt text (``mystnb.figure``,
+``mystnb.image.alt``). ``style`` holds the sizes and
 fonts that keep figures readable on a phone, ``heatmaps`` the attention-weight heatmaps,
 ``bars`` the bar charts.
 """
 
 from book_figures.bars import plot_position_changes, plot_weights_bar
 from book_figures.heatmaps import show_heatmaps
-from book_figures.style import BOOK_STYLE, MAX_WIDTH, integer_ticks, use_book_style
+from book_figures.style import BOOK_STYLE, MAX_WIDTH, integer_ticks, new_figure, use_book_style
 
 __all__ = [
     "BOOK_STYLE",
     "MAX_WIDTH",
     "integer_ticks",
+    "new_figure",
     "plot_position_changes",
     "plot_weights_bar",
     "show_heatmaps",

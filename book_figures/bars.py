@@ -1,7 +1,7 @@
 """Bar charts of the book: one query's weights over tokens, per-position output changes.
 
 Each function draws on a new figure in the book's style (``book_figures.style``) and returns
-it, so that a page cell ends with the figure and MyST-NB renders it once.
+it; the page cell ends with that figure as its last value and MyST-NB renders it once.
 """
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib as mpl
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from book_figures.style import BOOK_STYLE, MAX_WIDTH
+from book_figures.style import BOOK_STYLE, MAX_WIDTH, new_figure
 
 
 def plot_weights_bar(
@@ -28,7 +27,8 @@ def plot_weights_bar(
     w = np.asarray(weights, dtype=np.float64)  # (n_k,)
     width = min(MAX_WIDTH, max(4.5, 0.45 * len(labels) + 1.0))
     with mpl.rc_context(BOOK_STYLE):
-        fig, ax = plt.subplots(figsize=(width, 3.4), layout="constrained")
+        fig = new_figure((width, 3.4))
+        ax = fig.subplots()
         colours = ["tab:red" if label == highlight else "tab:blue" for label in labels]
         ax.bar(range(len(labels)), w, color=colours)
         ax.set_xticks(range(len(labels)))
@@ -51,7 +51,8 @@ def plot_position_changes(
     """
     n = len(labels)
     with mpl.rc_context(BOOK_STYLE):
-        fig, ax = plt.subplots(figsize=(min(MAX_WIDTH, max(5.0, 0.6 * n + 2.0)), 3.8), layout="constrained")
+        fig = new_figure((min(MAX_WIDTH, max(5.0, 0.6 * n + 2.0)), 3.8))
+        ax = fig.subplots()
         bar_width = 0.8 / len(changes)  # the entries share 0.8 of each position's slot
         for i, (name, values) in enumerate(changes.items()):
             x = np.arange(n) + (i - (len(changes) - 1) / 2) * bar_width  # (n,) centred groups

@@ -1,8 +1,10 @@
 """Attention weights as heatmaps: one panel per head, layer or example, stacked vertically.
 
-``show_heatmaps`` draws on a new figure and returns it, so that a page cell ends with the
-figure and MyST-NB renders it once (give that cell a ``mystnb.figure`` caption and an
-``mystnb.image.alt`` text: the helper draws, the page says what the figure shows). The
+``show_heatmaps`` draws on a new figure and returns it; the page cell ends with that figure as
+its last value (not assigned, no ``;``), and MyST-NB renders it once (give that cell a
+``mystnb.figure`` caption and an ``mystnb.image.alt`` text: the helper draws, the page says
+what the figure shows). The figure is not registered with pyplot (``book_figures.style``
+says why), so ``plt.show()`` does not show it and nothing shows it twice. The
 figure follows the book's style (``book_figures.style``): at most ``MAX_WIDTH`` inches wide,
 large fonts, panels one under the other so that it stays readable on a phone.
 """
@@ -12,13 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib as mpl
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from book_figures.style import BOOK_STYLE, MAX_WIDTH
+from book_figures.style import BOOK_STYLE, MAX_WIDTH, new_figure
+
+# Tick labels: one sequence for every panel, or one sequence per panel.
+Labels = Sequence[str] | Sequence[Sequence[str]]
 
 # Largest side of one heatmap cell, in inches (small matrices would otherwise be huge).
 MAX_CELL = 0.42
@@ -26,8 +30,8 @@ MAX_CELL = 0.42
 
 def show_heatmaps(
     weights: np.ndarray,
-    row_labels: Sequence[str] | None = None,
-    col_labels: Sequence[str] | None = None,
+    row_labels: Labels | None = None,
+    col_labels: Labels | None = None,
     titles: Sequence[str] | None = None,
     xlabel: str = "keys",
     ylabel: str = "queries",
@@ -40,7 +44,9 @@ def show_heatmaps(
     """Attention weights as heatmaps, one panel per leading index, stacked vertically.
 
     ``weights`` is (n_q, n_k) for one panel or (p, n_q, n_k) for ``p`` panels, one under the
-    other (for example one per head), each with its own title. Colours run from 0 to
+    other (for example one per head), each with its own title. ``row_labels`` and
+    ``col_labels`` are either one sequence of labels for every panel or one sequence per
+    panel (panels that show different sentences carry their own words). Colours run from 0 to
     ``vmax`` (1, the range of a softmax weight, unless told otherwise) and one colorbar
     serves every panel. ``annotate`` writes each weight in its cell. ``size`` is the height
     of one panel in inches before the labels; the width follows the number of keys and
@@ -48,15 +54,18 @@ def show_heatmaps(
     """
     panels = _stack_panels(weights)  # (p, n_q, n_k)
     p, n_q, n_k = panels.shape
+    rows = _labels_per_panel(row_labels, p, n_q, "row_labels")
+    cols = _labels_per_panel(col_labels, p, n_k, "col_labels")
     figsize = _heatmap_figure_size(
         p, n_q, n_k, size, has_col_labels=col_labels is not None, has_titles=titles is not None
     )
     with mpl.rc_context(BOOK_STYLE):
-        fig, axes = plt.subplots(p, 1, figsize=figsize, squeeze=False, layout="constrained")
+        fig = new_figure(figsize)
+        axes = fig.subplots(p, 1, squeeze=False)
         column = axes[:, 0]  # (p,) one Axes per panel
         for i, ax in enumerate(column):
             image = _draw_heatmap(ax, panels[i], cmap=cmap, vmax=vmax)  # panels[i]: (n_q, n_k)
-            _label_heatmap(ax, n_q, n_k, row_labels, col_labels, xlabel=xlabel, ylabel=ylabel)
+            _label_heatmap(ax, n_q, n_k, rows[i], cols[i], xlabel=xlabel, ylabel=ylabel)
             if titles is not None:
                 ax.set_title(titles[i])
             if annotate:
@@ -73,6 +82,22 @@ def _stack_panels(weights: np.ndarray) -> np.ndarray:
     if w.ndim != 3:
         raise ValueError(f"expected (n_q, n_k) or (p, n_q, n_k) weights, got shape {w.shape}")
     return w
+
+
+def _labels_per_panel(labels: Labels | None, p: int, n: int, name: str) -> list[Sequence[str] | None]:
+    """``labels`` as one label sequence (or None) per panel, each checked to have ``n`` labels."""
+    if labels is None:
+        return [None] * p
+    if len(labels) and not isinstance(labels[0], str):  # one sequence per panel
+        per_panel = [list(panel) for panel in labels]
+        if len(per_panel) != p:
+            raise ValueError(f"{name}: {len(per_panel)} label sequences for {p} panels")
+    else:
+        per_panel = [list(labels)] * p
+    for panel in per_panel:
+        if len(panel) != n:
+            raise ValueError(f"{name}: {len(panel)} labels for {n} rows or columns")
+    return per_panel
 
 
 def _heatmap_figure_size(

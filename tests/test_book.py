@@ -10,11 +10,15 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from .conftest import ROOT, toc_files
+
+sys.path.insert(0, str(ROOT / "_ext"))  # the book's Sphinx extensions and their rules
+from figure_cells import declared_figure, figure_problems  # noqa: E402 - needs _ext on the path
 
 pytest.importorskip("yaml")  # installed with jupyter-book
 
@@ -296,3 +300,40 @@ def test_every_chapter_has_objectives_and_a_summary(built_book):
             f"{assignment}: learning objectives are not an admonition on the chapter's first page"
         )
         assert re.search(r">\s*Summary", texts), f"{assignment}: no summary"
+
+
+# --- every figure renders ------------------------------------------------------------------
+
+
+def executed_pages(html_dir: Path) -> dict[str, dict]:
+    """The narrative pages as the build executed them (``_build/jupyter_execute``), by toc entry."""
+    folder = html_dir.parent / "jupyter_execute"
+    pages = {}
+    for page in toc_files():
+        executed = folder / f"{page}.ipynb"
+        if page not in exercise_pages() and executed.exists():
+            pages[page] = json.loads(executed.read_text(encoding="utf-8"))
+    return pages
+
+
+def test_every_figure_cell_shows_its_image(built_book):
+    pages = executed_pages(built_book)
+    assert len(pages) >= 15, f"only {len(pages)} executed pages found next to {built_book}"
+    problems = [f"{page}: {line}" for page, notebook in pages.items() for line in figure_problems(notebook)]
+    assert not problems, "figures that do not render:\n" + "\n".join(problems)
+
+
+def test_every_declared_figure_is_an_image_on_its_page(built_book):
+    """As many images in captioned figures in the HTML as figure cells in the page."""
+    for page, notebook in executed_pages(built_book).items():
+        declared = [c for c in notebook["cells"] if c["cell_type"] == "code" and declared_figure(c)]
+        text = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        shown = [f for f in re.findall(r"<figure[^>]*>(.*?)</figure>", text, re.S) if "<img" in f]
+        assert len(shown) >= len(declared), (
+            f"{page}: {len(declared)} figures declared, {len(shown)} shown"
+        )
+        for cell in declared:
+            name = declared_figure(cell)["name"]
+            assert re.search(rf'<figure[^>]*id="{re.escape(name)}"[^>]*>.*?<img', text, re.S), (
+                f"{page}: figure {name} has no image"
+            )

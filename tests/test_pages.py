@@ -7,12 +7,19 @@ with matplotlib's non-interactive Agg backend, honouring the execution tags the 
 executor honours (``skip-execution``, ``raises-exception``). A page that raises fails here
 in seconds, long before a full ``jupyter-book build`` would report it. Chapter pages carry
 their chapter's marker (``pytest -m ch03``) when that marker is registered in pyproject.toml.
+
+Before running anything, each page's figure cells are read for the one mistake that hides a
+figure without an error: a cell that draws must end by showing it (``plt.show()`` for pyplot,
+the figure itself as the cell's value for a ``book_figures`` helper; the rule is
+``_ext/figure_cells.py``, which the build and ``tests/test_book.py`` apply to the executed
+pages). One test runs a small notebook in a real Jupyter kernel to prove that rule.
 Needs the ``book`` extra (myst-nb), like the build.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 import warnings
 from functools import cache
@@ -25,6 +32,10 @@ from myst_nb.core.read import is_myst_markdown_notebook, read_myst_markdown_note
 from myst_parser.config.main import MdParserConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "_ext"))  # the book's Sphinx extensions and their rules
+
+from figure_cells import figure_problems, hidden_figures  # noqa: E402 - needs _ext on the path
+
 # Tags that change how nbclient (myst-nb's executor) runs a cell.
 SKIP_TAG = "skip-execution"  # not executed at all
 RAISES_TAG = "raises-exception"  # an error is the cell's expected output
@@ -166,3 +177,83 @@ def test_page_code_cells_run(page: Path, monkeypatch):
         run_cells(page, cells)
     finally:
         plt.close("all")
+
+
+@pytest.mark.parametrize("page", narrative_pages())
+def test_figure_cells_end_by_showing_their_figure(page: Path):
+    problems = hidden_figures([cell.source for cell in code_cells(page)])
+    assert not problems, f"{page.name}:\n" + "\n".join(problems)
+
+
+FIGURE_CELLS = [
+    "import matplotlib.pyplot as plt\nimport numpy as np\n"
+    "from book_figures import show_heatmaps, use_book_style\nuse_book_style()",
+    "fig = show_heatmaps(np.eye(3))",  # assigned: never shown
+    "show_heatmaps(np.eye(3));",  # ';' hides the value
+    "show_heatmaps(np.eye(3))",  # shown once
+    "fig, ax = plt.subplots()\nax.plot([1, 2])",  # pyplot without plt.show()
+    "fig, ax = plt.subplots()\nax.plot([1, 2])\nplt.show()",  # shown once
+    "def draw():\n    return show_heatmaps(np.eye(2))",  # a page's own drawing function
+    "draw()",
+    "x = 1",  # draws nothing
+]
+
+
+def figure_notebook(sources: list[str]) -> nbformat.NotebookNode:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    for index, cell in enumerate(notebook.cells):
+        if index not in (0, 6, 8):
+            cell.metadata["mystnb"] = {"figure": {"caption": "A caption.", "name": f"fig-{index + 1}"}}
+    return notebook
+
+
+def test_the_static_rule_sees_hidden_figures():
+    assert hidden_figures(FIGURE_CELLS) == [
+        "code cell 2 calls a book_figures helper but does not end with the figure as its value "
+        "(not assigned, no ';')",
+        "code cell 3 calls a book_figures helper but does not end with the figure as its value "
+        "(not assigned, no ';')",
+        "code cell 5 draws with pyplot but does not end with plt.show()",
+    ]
+    mixed = ["import matplotlib.pyplot as plt\nfrom book_figures import show_heatmaps",
+             "show_heatmaps([[1.0]])\nplt.show()"]
+    assert "mixes pyplot with a figure helper" in hidden_figures(mixed)[0]
+
+
+@pytest.mark.book
+@pytest.mark.slow
+def test_a_real_kernel_shows_exactly_the_figures_the_rule_expects(tmp_path):
+    """Executed as the build executes pages (nbclient, a Jupyter kernel, the inline backend)."""
+    from nbclient import NotebookClient
+
+    notebook = figure_notebook(FIGURE_CELLS)
+    NotebookClient(notebook, kernel_name="python3", timeout=120, resources={
+        "metadata": {"path": str(tmp_path)}}).execute()
+    problems = figure_problems(notebook)
+    assert [line.split(" ")[2] for line in problems] == ["2", "3"], problems
+    assert all("shows no image" in line for line in problems)
+    # every other figure is shown once, not twice; once use_book_style has loaded the inline
+    # backend, a pyplot figure is shown even without plt.show() (the house style asks for it)
+    shown = [sum("image/png" in output.get("data", {}) for output in cell.outputs) for cell in notebook.cells]
+    assert shown == [0, 0, 0, 1, 1, 1, 0, 1, 0]
+
+
+def test_the_executed_rule_sees_missing_and_undeclared_figures():
+    notebook = figure_notebook(FIGURE_CELLS)
+    png = {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
+    image = nbformat.v4.new_output("display_data", data=png)
+    for index in (3, 5, 7):
+        notebook.cells[index].outputs = [image]
+    notebook.cells[7].outputs = [image, image]
+    del notebook.cells[5].metadata["mystnb"]
+    assert figure_problems(notebook) == [
+        "code cell 2 (fig-2) shows no image: a book_figures helper's figure must be the cell's last "
+        "value (not assigned, no ';'), and a pyplot figure needs plt.show()",
+        "code cell 3 (fig-3) shows no image: a book_figures helper's figure must be the cell's last "
+        "value (not assigned, no ';'), and a pyplot figure needs plt.show()",
+        "code cell 5 (fig-5) shows no image: a book_figures helper's figure must be the cell's last "
+        "value (not assigned, no ';'), and a pyplot figure needs plt.show()",
+        "code cell 6 draws a figure but declares no mystnb.figure (caption, name)",
+        "code cell 8 (fig-8) shows 2 images instead of one",
+    ]

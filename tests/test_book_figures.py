@@ -1,0 +1,63 @@
+"""The book's figure helpers (``book_figures``): what they draw is what they were given.
+
+Fast unit tests, no book build: labels come from the data drawn (one label sequence per
+panel when the panels show different sentences), and a figure from a helper is not tracked
+by pyplot (so ``plt.show()`` never shows it a second time).
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from book_figures import plot_position_changes, plot_weights_bar, show_heatmaps  # noqa: E402
+
+
+def tick_labels(ax, axis: str) -> list[str]:
+    ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [t.get_text() for t in ticks]
+
+
+def test_each_panel_carries_its_own_labels():
+    wide = "the tired cat did not cross the street because it was too wide".split()
+    tired = wide[:-1] + ["tired"]
+    fig = show_heatmaps(
+        np.random.default_rng(0).random((2, 3, len(wide))),
+        row_labels=["head 0", "head 1", "readout"],
+        col_labels=[wide, tired],
+        titles=["too wide", "too tired"],
+    )
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [tick_labels(ax, "x") for ax in panels] == [wide, tired]
+    assert [tick_labels(ax, "y") for ax in panels] == [["head 0", "head 1", "readout"]] * 2
+
+
+def test_one_label_sequence_serves_every_panel():
+    fig = show_heatmaps(np.ones((3, 2, 2)) / 2, col_labels=["a", "b"], titles=["0", "1", "2"])
+    assert [tick_labels(ax, "x") for ax in fig.axes if ax.get_title()] == [["a", "b"]] * 3
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [(["a", "b", "c"], "3 labels for 2"), ([["a", "b"]], "1 label sequences for 2 panels")],
+)
+def test_labels_that_do_not_fit_the_data_are_refused(labels, message):
+    with pytest.raises(ValueError, match=message):
+        show_heatmaps(np.ones((2, 2, 2)) / 2, col_labels=labels)
+
+
+def test_helper_figures_are_not_tracked_by_pyplot():
+    plt.close("all")
+    figures = [
+        show_heatmaps(np.eye(2)),
+        plot_weights_bar(np.array([0.2, 0.8]), ["a", "b"]),
+        plot_position_changes({"x": np.zeros(3)}, ["a", "b", "c"], cut=0),
+    ]
+    assert plt.get_fignums() == []
+    for fig in figures:
+        assert fig.get_layout_engine() is not None  # constrained layout, as the pages expect
