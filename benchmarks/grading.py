@@ -32,6 +32,8 @@ from pathlib import Path
 
 import nbformat
 
+from attention_learner.cell_rules import is_test_cell
+
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "03_scaled_dot_product"
 SOURCE = ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -73,7 +75,7 @@ def _as_learner(nb: nbformat.NotebookNode, keep_solutions: bool) -> nbformat.Not
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code":
             continue
-        if meta.get("grade") and not meta.get("solution"):
+        if is_test_cell(cell):
             cell.source = HIDDEN.sub("", cell.source).rstrip() + "\n"
         if meta.get("solution"):
             if keep_solutions:

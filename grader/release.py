@@ -19,7 +19,6 @@ package's version (:mod:`grader.course_location`).
 
 from __future__ import annotations
 
-import ast
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,12 +27,11 @@ import nbformat
 import numpy as np
 
 from attention_learner import expected as shipped_data
+from attention_learner.cell_rules import check_calls, is_test_cell, visible_part
 from grader.course_location import derive_install_references
 from grader.exercises import get_exercise
 from grader.nbgrader_course import generate_assignment, temporary_course
 from grader.paths import CHAPTERS, SOLUTIONS
-
-HIDDEN = "### BEGIN HIDDEN TESTS"
 
 
 def assignments(source: Path = SOLUTIONS) -> list[str]:
@@ -88,21 +86,15 @@ def visible_checks(name: str, source: Path = SOLUTIONS) -> list[tuple[str, int, 
     nb = nbformat.read(source / name / f"{name}.ipynb", as_version=4)
     calls = []
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader") or {}
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+        if not is_test_cell(cell):
             continue
-        visible = cell.source.split(HIDDEN, 1)[0]
-        for node in ast.walk(ast.parse(visible)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
-                try:
-                    exercise = ast.literal_eval(node.args[0])
-                    params = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-                except (ValueError, IndexError) as exc:
-                    raise SystemExit(
-                        f"{name}, cell {meta.get('grade_id')}: a visible check() needs literal "
-                        f"arguments so that its expected values can be shipped ({exc})"
-                    ) from exc
-                calls.append((exercise, int(params.pop("seed", 0)), params))
+        try:
+            calls += check_calls(visible_part(cell.source))
+        except ValueError as exc:
+            raise SystemExit(
+                f"{name}, cell {cell.metadata.nbgrader.get('grade_id')}: a visible check() needs "
+                f"literal arguments so that its expected values can be shipped ({exc})"
+            ) from exc
     return calls
 
 

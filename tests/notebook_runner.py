@@ -15,8 +15,10 @@ import torch
 from IPython.core.inputtransformer2 import TransformerManager
 from nbformat import NotebookNode
 
-import grader.checks  # noqa: F401  (registers the reference as the judge of hidden cases)
+from attention_learner.cell_rules import is_test_cell
 from grader.paths import CHAPTERS, SOLUTIONS
+
+__all__ = ["is_test_cell"]  # re-exported for the tests that read notebooks
 
 _TRANSFORMER = TransformerManager()  # the notebooks' install cell uses %pip, as Jupyter runs it
 
@@ -52,11 +54,6 @@ def with_cell(nb: NotebookNode, cell_id: str, code: str) -> NotebookNode:
         if grade_id(cell) == cell_id:
             cell.source = code
     return nb
-
-
-def is_test_cell(cell: NotebookNode) -> bool:
-    meta = cell.metadata.get("nbgrader")
-    return bool(meta and meta.get("grade") and not meta.get("solution"))
 
 
 def run_cells(nb: NotebookNode, replace: dict[str, str] | None = None) -> dict[str, str]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 import nbformat
 import numpy as np
 
+from attention_learner.cell_rules import check_calls, is_test_cell
 from attention_learner.spec import to_numpy
 from grader.checks import judge
 from grader.paths import ROOT
@@ -16,15 +16,7 @@ from grader.paths import ROOT
 def notebook_checks(assignment: str) -> list[tuple[str, int, dict[str, Any]]]:
     """Every ``check("name", fn, seed=..., **params)`` call in the source notebook's test cells."""
     nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    calls = []
-    for cell in nb.cells:
-        if not cell.metadata.get("nbgrader", {}).get("grade"):
-            continue
-        for node in ast.walk(ast.parse(cell.source)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
-                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-                calls.append((ast.literal_eval(node.args[0]), kwargs.pop("seed"), kwargs))
-    return calls
+    return [call for cell in nb.cells if is_test_cell(cell) for call in check_calls(cell.source)]
 
 
 def assert_bugs_caught(assignment: str, exercises: list) -> None:

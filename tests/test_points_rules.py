@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from attention_learner import recording
+from attention_learner.cell_rules import is_test_cell
 from attention_learner.conventions import AFTER, convention_facts
 from grader.autograde.child_report import Record, decode_array, encode_arrays
 from grader.autograde.delegation import FORBIDDEN, analyse
@@ -192,6 +193,6 @@ def test_every_course_notebook_test_cell_makes_a_check_that_earns():
         nb: nbformat.NotebookNode = source_notebook(assignment)
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader") or {}
-            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            if is_test_cell(cell):
                 calls = [line for line in cell.source.splitlines() if line.lstrip().startswith("check(")]
                 assert calls, f"{assignment} {meta['grade_id']} makes no check(...)"

@@ -18,6 +18,7 @@ from attention_learner.cell_rules import (
     cell_outcome,
     exercise_of,
     first_error,
+    is_manual_cell,
     is_test_cell,
     nbgrader_meta,
 )
@@ -103,7 +104,7 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
     for index, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code":
-            if utils.is_grade(cell):  # a written answer, graded by hand as in nbgrader
+            if is_manual_cell(cell):  # a written answer, graded by hand as in nbgrader
                 tests.append(TestResult(notebook, meta["grade_id"], 0.0, float(meta.get("points", 0)),
                                         TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
             continue
@@ -111,7 +112,7 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
         outputs = line.outputs if line else []
         if not is_test_cell(cell):
             cell.outputs = [nbformat.from_dict(o) for o in outputs]
-            if utils.is_grade(cell):  # a graded solution cell: manual, as in nbgrader
+            if is_manual_cell(cell):  # a graded solution cell: manual, as in nbgrader
                 tests.append(TestResult(notebook, meta["grade_id"], 0.0, float(meta.get("points", 0)),
                                         TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
             continue

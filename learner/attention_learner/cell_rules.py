@@ -52,6 +52,30 @@ def is_manual_cell(cell: Any) -> bool:
     return bool(meta.get("grade")) and (cell.get("cell_type") != "code" or bool(meta.get("solution")))
 
 
+HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
+
+
+def visible_part(source: str) -> str:
+    """A test cell's source above its hidden tests (what a learner's copy holds)."""
+    return source.split(HIDDEN_TESTS, 1)[0]
+
+
+def check_calls(source: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """(exercise, seed, params) of every ``check("name", fn, seed=..., **params)`` call in a
+    cell's source, in order; raises ValueError when an argument is not a literal."""
+    import ast
+
+    calls = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
+            if not node.args:
+                raise ValueError("check() needs the exercise's name as its first argument")
+            exercise = ast.literal_eval(node.args[0])
+            params = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            calls.append((exercise, int(params.pop("seed", 0)), params))
+    return calls
+
+
 def exercise_of(grade_id: str) -> str:
     """test_<name> or test_<name>__<aspect> -> <name>; other ids are their own exercise."""
     name = grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id
