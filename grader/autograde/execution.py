@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from attention_learner import recording
 from grader.autograde.child_report import MAX_RECORD_ELEMENTS, encode_arrays, write_line
 
 MAX_STREAM_CHARS = 20_000  # per cell and stream; more is cut with a note
@@ -124,15 +125,6 @@ def _jsonable(data: Any) -> Any:
         return {k: str(v) for k, v in dict(data).items()}
 
 
-def _recording_module() -> Any:
-    """The learner package's recorder (the same module the notebook's ``check`` reports to)."""
-    try:
-        from attention_learner import recording
-    except ImportError:  # an older checkout without the learner package
-        from grader import recording
-    return recording
-
-
 def _uncached(shell: Any) -> Any:
     """A replacement for IPython's CachingCompiler.cache that keeps no copy of the source."""
     counter = iter(range(1, 1 << 62))
@@ -155,7 +147,7 @@ def execute_cells(cells: list[CellJob], report_fd: int, record: bool, salt: int 
         from attention_learner.checks import show_warnings_on_stdout
 
         show_warnings_on_stdout()
-    recorder = _recording_module().start_recording(salt) if record else None
+    recorder = recording.start_recording(salt) if record else None
     run_cell = _bound_run_cell()
     limit_memory = _memory_limiter()  # bound before any learner code can replace its parts
     shell = _make_shell()

@@ -11,7 +11,6 @@ thread pool can hang. One intra-op thread keeps the pool from ever starting here
 each child to one core, so that --workers children share the machine fairly.
 """
 
-import importlib
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -27,21 +26,10 @@ import IPython.core.interactiveshell  # noqa: E402,F401
 import sympy  # noqa: E402,F401
 import torch.fx.experimental.symbolic_shapes  # noqa: E402,F401
 
+import attention_learner.blocks  # noqa: E402,F401
+import attention_learner.checks  # noqa: E402,F401
+import attention_learner.recording  # noqa: E402,F401
 import grader.autograde.execution  # noqa: E402,F401
+from attention_learner.cases import all_cases  # noqa: E402
 
-try:
-    learner = importlib.import_module("attention_learner")
-except ImportError:  # pragma: no cover - a checkout without the learner package
-    learner = None
-if learner is not None:
-    for name in ("attention_learner.checks", "attention_learner.recording", "attention_learner.blocks"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-    try:
-        from attention_learner.cases import all_cases
-
-        all_cases()
-    except ImportError:
-        pass
+all_cases()  # every chapter's case module, loaded once here rather than in every child
