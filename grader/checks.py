@@ -7,19 +7,16 @@ the expected values and the classic bugs' outputs come from the instructor's ref
   calls on the arrays a submission sent back: "" when they pass, else the message.
 - :func:`judge_case` is the same by exercise name; the learner package's ``check`` uses it
   for cases it ships no expected values for (hidden tests) when this package is installed
-  (entry point ``attention_learner.judges``), or once this module has been imported.
+  (entry point ``attention_learner.judges``, its only registration).
 - :func:`check` is ``check`` judged by the reference always, whatever data is shipped: the
-  instructor's own tests use it.
+  instructor's own tests use it. Both run the learner package's one ``run_check``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from attention_learner.checks import check_close, run_learner
-from attention_learner.recording import CheckRecord, drawn_seed, record
+from attention_learner.checks import check_close, run_check
 from attention_learner.spec import Arrays, Inputs
 from grader.exercises import get_exercise
 from grader.exercises.spec import Exercise
@@ -40,15 +37,5 @@ def judge_case(exercise: str, params: dict[str, Any], inputs: Inputs, got: Array
 def check(exercise: str, learner: Any, *, seed: int = 0, **params: Any) -> None:
     """Like the learner package's ``check``, but always judged here by the reference."""
     spec = get_exercise(exercise)
-    inputs = spec.make_inputs(np.random.default_rng(drawn_seed(exercise, seed, params)), **params)
-    got, error, warned = run_learner(spec.case, learner, inputs)
-    recorded = record(CheckRecord(exercise, seed, dict(params), got, error))
-    if error:
-        raise AssertionError(error + warned)
-    if recorded:
-        return
-    assert got is not None
-    message = judge(spec, params, inputs, got)
-    if message:
-        raise AssertionError(message + warned)
+    run_check(spec.case, learner, seed, params, lambda inputs, got: judge(spec, params, inputs, got))
 

@@ -49,15 +49,24 @@ class NoExpectedValues(LookupError):
 def check(exercise: str, learner: Any, *, seed: int = 0, **params: Any) -> None:
     """Run one case of ``exercise`` on the learner's ``learner`` and fail with an explanation."""
     case = get_case(exercise)
-    inputs = case.make_inputs(np.random.default_rng(drawn_seed(exercise, seed, params)), **params)
+    run_check(case, learner, seed, params,
+              lambda inputs, got: judge_here(case, seed, params, inputs, got))
+
+
+def run_check(case: Case, learner: Any, seed: int, params: dict[str, Any],
+              judge: Callable[[Inputs, Arrays], str]) -> None:
+    """The one body of every ``check``: build the case's inputs (from the job's salt under the
+    grader), call the learner's code, then record the raw outputs for the grader's parent
+    (under the grader) or decide here with ``judge`` (inputs, outputs) -> "" or the message."""
+    inputs = case.make_inputs(np.random.default_rng(drawn_seed(case.name, seed, params)), **params)
     got, error, warned = run_learner(case, learner, inputs)
-    recorded = record(CheckRecord(exercise, seed, dict(params), got, error))
+    recorded = record(CheckRecord(case.name, seed, dict(params), got, error))
     if error:
         raise AssertionError(error + warned)
     if recorded:
         return  # the grader's parent process judges these arrays
     assert got is not None
-    message = judge_here(case, seed, params, inputs, got)
+    message = judge(inputs, got)
     if message:
         raise AssertionError(message + warned)
     _tally.passed += 1
