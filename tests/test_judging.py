@@ -14,9 +14,8 @@ import pytest
 
 from attention_learner.conventions import AFTER, reports_conventions
 from attention_learner.spec import to_numpy
-from grader.autograde import judging
 from grader.autograde.child_report import Record
-from grader.autograde.judging import ExpectedCheck, case_answers, judge_arrays, rejudge
+from grader.autograde.judging import CaseAnswers, ExpectedCheck, judge_arrays, rejudge
 from grader.exercises import all_exercises, get_exercise
 
 WANT = ExpectedCheck("scaled_dot_product_attention", 3, {"n_k": 5})
@@ -39,11 +38,6 @@ def outputs_of(want: ExpectedCheck, implementation) -> dict:
     return outputs
 
 
-@pytest.fixture(autouse=True)
-def empty_cache(monkeypatch):
-    monkeypatch.setattr(judging, "_ANSWERS", {})
-
-
 def test_right_arrays_pass_and_a_classic_bug_is_named():
     spec = get_exercise(WANT.exercise)
     assert rejudge([WANT], [reported(WANT, outputs_of(WANT, spec.reference))]) is None
@@ -63,13 +57,16 @@ def test_answers_are_computed_once_per_case_and_cannot_be_changed(monkeypatch):
     counting = dataclasses.replace(spec, reference=counted)
     monkeypatch.setattr("grader.exercises.all_exercises", lambda: {WANT.exercise: counting})
     right = {k: to_numpy(v) for k, v in outputs_of(WANT, spec.reference).items()}
-    for _ in range(3):  # three submissions making the same check
-        assert judge_arrays(WANT, right) == ""
+    run = CaseAnswers()  # the run's cache
+    for _ in range(3):  # three checks of the same case
+        assert judge_arrays(WANT, right, answers=run) == ""
     assert len(calls) == 1
     other = dataclasses.replace(WANT, seed=4)  # another case is its own entry
-    judge_arrays(other, right)
+    judge_arrays(other, right, answers=run)
     assert len(calls) == 2
-    inputs, answers = case_answers(counting, WANT.seed, WANT.params)
+    judge_arrays(WANT, right, answers=CaseAnswers())  # another run computes its own
+    assert len(calls) == 3
+    inputs, answers = run.with_bugs(counting, WANT.seed, WANT.params)
     with pytest.raises(ValueError, match="read-only"):
         next(iter(answers.expected.values()))[...] = 0.0
     with pytest.raises(ValueError, match="read-only"):
@@ -90,5 +87,6 @@ def test_cached_verdicts_equal_fresh_ones(name):
         except Exception:  # a bug that does not apply to this case
             continue
         fresh = spec.judge(want.params, inputs, got)
-        assert judge_arrays(want, got) == fresh
-        assert judge_arrays(want, got) == fresh  # from the cache
+        run = CaseAnswers()
+        assert judge_arrays(want, got, answers=run) == fresh
+        assert judge_arrays(want, got, answers=run) == fresh  # from the cache

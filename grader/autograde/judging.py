@@ -20,7 +20,7 @@ import numpy as np
 from attention_learner.checks import close_message, explain
 from attention_learner.expected import Shipped, case_key
 from attention_learner.recording import CLOSE_CHECK, grading_seed
-from attention_learner.spec import Inputs
+from attention_learner.spec import Arrays, Inputs
 from grader.autograde.child_report import CellReport, Record
 
 if TYPE_CHECKING:
@@ -61,9 +61,10 @@ class CheckFailure:
     missing: bool = False
 
 
-def rejudge(expected: list[ExpectedCheck], records: list[Record], salt: int = 0) -> CheckFailure | None:
+def rejudge(expected: list[ExpectedCheck], records: list[Record], salt: int = 0,
+            answers: CaseAnswers | None = None) -> CheckFailure | None:
     """None when every check the test cell must make arrived and passes here, on the inputs
-    the job's ``salt`` drew (the parent draws the same ones)."""
+    the job's ``salt`` drew (the parent draws the same ones); ``answers``: the run's cache."""
     for k, want in enumerate(expected):
         if k >= len(records):
             return CheckFailure(f"check {k + 1} of {len(expected)} ({want.exercise}) never reported "
@@ -76,8 +77,8 @@ def rejudge(expected: list[ExpectedCheck], records: list[Record], salt: int = 0)
             return CheckFailure(got.error)
         if got.arrays is None:
             return CheckFailure(f"check {k + 1} ({want.exercise}) sent no readable output", missing=True)
-        message = judge_arrays(want, got.arrays, salt) if want.exercise != CLOSE_CHECK else judge_close(
-            want, got.arrays)
+        message = (judge_close(want, got.arrays) if want.exercise == CLOSE_CHECK
+                   else judge_arrays(want, got.arrays, salt, answers))
         if message:
             return CheckFailure(message)
     return None
@@ -93,41 +94,68 @@ def judge_close(want: ExpectedCheck, arrays: dict[str, np.ndarray]) -> str:
     return close_message(got, expected, what, float(want.params.get("atol", 1e-6)))
 
 
-def judge_arrays(want: ExpectedCheck, arrays: dict[str, np.ndarray], salt: int = 0) -> str:
+def judge_arrays(want: ExpectedCheck, arrays: dict[str, np.ndarray], salt: int = 0,
+                 answers: CaseAnswers | None = None) -> str:
     """"" when the learner's arrays are right for this case, else the explanation.
 
     The classic bugs' outputs only name a mistake, so they are computed only for a failing
-    output: a passing check costs one reference run."""
+    output: a passing check costs one reference run. ``answers`` is the run's cache (a
+    fresh one when None)."""
     from grader.exercises import all_exercises
 
     spec = all_exercises().get(want.exercise)
     if spec is None:
         return f"unknown exercise {want.exercise!r}"
+    answers = answers if answers is not None else CaseAnswers()
     seed = grading_seed(salt, want.exercise, want.seed, want.params)
-    inputs, expected = _case(spec, seed, want.params)[:2]
+    inputs, expected = answers.expected(spec, seed, want.params)
     message = explain(spec.case, want.params, inputs, arrays, expected, [])
     if message:
-        inputs, answers = case_answers(spec, seed, want.params)
-        message = explain(spec.case, want.params, inputs, arrays, answers.expected, answers.bugs)
+        inputs, shipped = answers.with_bugs(spec, seed, want.params)
+        message = explain(spec.case, want.params, inputs, arrays, shipped.expected, shipped.bugs)
     return message
 
 
-# (exercise, case key) -> [the case's inputs, its expected outputs, its classic bugs' outputs
-# or None until a failing output needs them]; see case_answers
-_ANSWERS: dict[tuple[str, str], list[Any]] = {}
-MAX_CACHED_CASES = 4096
+class CaseAnswers:
+    """What verdicts compare with, computed once per case and kept for one run: a case's
+    inputs, its reference outputs and, only once a failing output needs them, its classic
+    bugs' outputs. A run owns one (``pipeline.Run.answers``).
 
+    The seed is the one a job's salt drew (fresh per submission), so an entry serves the
+    checks of one submission (a re-judged cell, a repeated check) and the unsalted runs (the
+    learner's check, the tests). The arrays are made read-only, so that no verdict can change
+    what the next one sees.
+    """
 
-def _case(spec: Exercise, seed: int, params: dict[str, Any]) -> list[Any]:
-    key = (spec.name, case_key(seed, params))
-    if key not in _ANSWERS:
-        if len(_ANSWERS) >= MAX_CACHED_CASES:
-            _ANSWERS.clear()
-        inputs = spec.make_inputs(np.random.default_rng(seed), **params)
-        expected = spec.expected(inputs)
-        _read_only(inputs, expected)
-        _ANSWERS[key] = [inputs, expected, None]
-    return _ANSWERS[key]
+    MAX_CASES = 4096
+
+    def __init__(self) -> None:
+        # (exercise, case key) -> [inputs, expected outputs, classic bugs' outputs or None]
+        self._cases: dict[tuple[str, str], list[Any]] = {}
+
+    def _entry(self, spec: Exercise, seed: int, params: dict[str, Any]) -> list[Any]:
+        key = (spec.name, case_key(seed, params))
+        if key not in self._cases:
+            if len(self._cases) >= self.MAX_CASES:
+                self._cases.clear()
+            inputs = spec.make_inputs(np.random.default_rng(seed), **params)
+            expected = spec.expected(inputs)
+            _read_only(inputs, expected)
+            self._cases[key] = [inputs, expected, None]
+        return self._cases[key]
+
+    def expected(self, spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Arrays]:
+        """The case's inputs and reference outputs."""
+        inputs, expected, _ = self._entry(spec, seed, params)
+        return inputs, expected
+
+    def with_bugs(self, spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Shipped]:
+        """The case's inputs, reference outputs and classic bugs' outputs."""
+        entry = self._entry(spec, seed, params)
+        if entry[2] is None:
+            entry[2] = spec.bug_outputs(entry[0])
+            _read_only(*(outputs for _, outputs in entry[2]))
+        return entry[0], Shipped(entry[1], entry[2])
 
 
 def _read_only(*groups: dict[str, Any]) -> None:
@@ -135,19 +163,3 @@ def _read_only(*groups: dict[str, Any]) -> None:
         for value in arrays.values():
             if isinstance(value, np.ndarray):
                 value.setflags(write=False)
-
-
-def case_answers(spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Shipped]:
-    """The inputs of one case and what its verdict compares with, computed once per process
-    (one grading run).
-
-    The seed is the one the job's salt drew (fresh per submission), so a case is computed once
-    per submission that needs it; a re-judged cell, a repeated check and the unsalted runs
-    (the learner's check, the tests) share it. The arrays are made read-only, so that no
-    verdict can change what the next one sees.
-    """
-    entry = _case(spec, seed, params)
-    if entry[2] is None:
-        entry[2] = spec.bug_outputs(entry[0])
-        _read_only(*(outputs for _, outputs in entry[2]))
-    return entry[0], Shipped(entry[1], entry[2])

@@ -30,7 +30,7 @@ from attention_learner.cell_rules import Status, TestStatus, is_test_cell
 from grader.autograde import reports
 from grader.autograde.gradebook import SharedSaveAutoGrades, SourceCells, open_gradebook
 from grader.autograde.interrupts import Interrupts
-from grader.autograde.judging import ExpectedCheck
+from grader.autograde.judging import CaseAnswers, ExpectedCheck
 from grader.autograde.results import SubmissionResult, Summary, TestResult, unchanged
 from grader.autograde.sandbox import ChildJob, Executor, Isolation, Limits, write_job_cells
 from grader.autograde.sanitize import sanitize
@@ -73,6 +73,7 @@ class Run:
         self._ids = iter(range(1, 1 << 62))
         self.code = code_fingerprint()
         self.sources: dict[str, SourceAssignment] = load_sources(source)
+        self.answers = CaseAnswers()  # the reference's answers per case, for this run
 
     def new_job(self, cells: dict[int, NotebookNode], files: list[WalkedFile],
                 expected: dict[str, list[ExpectedCheck]] | None = None) -> ChildJob:
@@ -260,7 +261,7 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
         expected = src.expected.get(job.notebook, {})
         result.tests += score_notebook(job.notebook, job.sanitized.nb, report, expected,
                                        timed_out=job.finished.timed_out, salt=job.job.salt,
-                                       delegation=delegation)
+                                       delegation=delegation, answers=run.answers)
         _save(run, job, sub)
     graded = {job.notebook for job in jobs}
     for name in src.notebooks:  # missing or unreadable notebooks score 0, as nbgrader does

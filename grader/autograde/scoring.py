@@ -24,7 +24,7 @@ from attention_learner.cell_rules import (
 )
 from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
 from grader.autograde.delegation import Delegation, analyse
-from grader.autograde.judging import ExpectedCheck, rejudge
+from grader.autograde.judging import CaseAnswers, ExpectedCheck, rejudge
 from grader.autograde.results import ChildExit, TestResult
 from grader.autograde.sandbox import Finished
 
@@ -86,7 +86,8 @@ def delegation_of(submitted: NotebookNode, source: NotebookNode) -> Delegation:
 
 def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport],
                    expected: dict[str, list[ExpectedCheck]], *, timed_out: bool = False, salt: int = 0,
-                   delegation: Delegation | None = None) -> list[TestResult]:
+                   delegation: Delegation | None = None,
+                   answers: CaseAnswers | None = None) -> list[TestResult]:
     """Put the child's outputs into the notebook and decide every test cell's points here.
 
     A test cell earns its points only if it ran, raised nothing, wrote nothing to stderr,
@@ -118,7 +119,8 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
             continue
         kept = [o for o in outputs if o["output_type"] in ("stream", "error")]
         cell.outputs = [nbformat.from_dict(o) for o in kept]
-        status, message = test_verdict(line, kept, expected.get(meta["grade_id"], []), timed_out, salt)
+        status, message = test_verdict(line, kept, expected.get(meta["grade_id"], []), timed_out, salt,
+                                       answers)
         checks = expected.get(meta["grade_id"])
         if status is TestStatus.PASSED and course and checks is not None and not any(c.earns for c in checks):
             status, message = TestStatus.FAILED, ("this test cell makes no check(...) that the "
@@ -136,12 +138,13 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
 
 
 def test_verdict(line: CellReport | None, outputs: list[dict], expected: list[ExpectedCheck],
-                  timed_out: bool, salt: int = 0) -> tuple[TestStatus, str]:
+                 timed_out: bool, salt: int = 0,
+                 answers: CaseAnswers | None = None) -> tuple[TestStatus, str]:
     if line is None:
         if timed_out:
             return TestStatus.TIMEOUT, "the submission ran out of time before this test"
         return TestStatus.NOT_RUN, "this test never ran (the process stopped before it)"
-    failure = rejudge(expected, line.records, salt)
+    failure = rejudge(expected, line.records, salt, answers)
     if failure is not None and not failure.missing:
         return TestStatus.FAILED, failure.message  # judged here, where no learner code runs
     if failure is not None and first_error(outputs) is None:

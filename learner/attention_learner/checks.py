@@ -121,17 +121,10 @@ def judge_here(case: Case, seed: int, params: dict[str, Any], inputs: Inputs, go
     )
 
 
-_registered: list[Judge] = []
-
-
-def register_judge(judge: Judge) -> None:
-    """Let ``judge`` decide the cases this package ships no expected values for."""
-    _registered.insert(0, judge)
-
-
 def instructor_judge() -> Judge | None:
-    """The judge the instructor's ``grader`` package registers, when it is installed here."""
-    return _registered[0] if _registered else _judge_from_entry_points()
+    """The judge the instructor's ``grader`` package registers (entry point group
+    ``attention_learner.judges``), when it is installed here."""
+    return _judge_from_entry_points()
 
 
 @cache
