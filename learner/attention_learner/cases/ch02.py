@@ -161,13 +161,42 @@ def describe_attention(params: dict[str, Any]) -> str:
     return sizes + describe_scale(params["logit_scale"], "queries")
 
 
+class RowCounter(np.ndarray):
+    """A view of the queries that counts how often a single row is taken from it, or from
+    any array computed from it (``Q[i]``, ``for q in Q``, ``scores[i]``): the notebook's rule
+    "no Python loop over the queries", measured on inputs the check builds. Whole-array
+    operations (``Q @ K.T``, reductions, slices) take no row."""
+
+    counter: list[int]
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.counter = getattr(obj, "counter", None) or [0]
+
+    def __getitem__(self, key: Any) -> Any:
+        first = key[0] if isinstance(key, tuple) and key else key
+        if isinstance(first, int | np.integer) and self.ndim >= 2:
+            self.counter[0] += 1
+        return super().__getitem__(key)
+
+    def __iter__(self) -> Any:
+        if self.ndim >= 2:
+            self.counter[0] += len(self)
+        return super().__iter__()
+
+
 def call_attention(fn: Any, i: dict[str, Any]) -> Arrays:
-    result = fn(i["Q"], i["K"], i["V"])
+    Q = i["Q"].view(RowCounter)  # (n_q, d_k), the same memory: in-place writes still show
+    result = fn(Q, i["K"], i["V"])
     output, weights = unpack(result, ("output", "weights"), "dot_product_attention")
-    return {"output": output, "weights": weights}
+    return {"output": np.asarray(output), "weights": np.asarray(weights),
+            "rows_taken_one_at_a_time": np.array([float(Q.counter[0])])}
 
 
 def unscaled_attention_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
+    looped = got.get("rows_taken_one_at_a_time")
+    if looped is not None and looped.size and looped.ravel()[0] > 0:
+        return ["Your function takes the queries one row at a time (a Python loop over Q): stack "
+                "them and use one matrix product, Q @ K.T, for every query at once."]
     return nan_hint(got, "weights", "the weights") or sums_hint(
         got, "weights", "Each query's weights", expected["weights"].shape
     )
@@ -207,6 +236,7 @@ CASES = [
         call=call_attention,
         describe=describe_attention,
         hints=unscaled_attention_hints,
+        labels={"rows_taken_one_at_a_time": "how many times one query row was taken alone (no loop: 0)"},
     ),
 ]
 CASES = [numpy_case(case) for case in CASES]  # every exercise of this chapter is NumPy
