@@ -56,6 +56,7 @@ class ChildJob:
     folder: str  # job.json, home/, root/ and, written by the child through its fds, report, log
     limits: Limits = field(default_factory=Limits)
     record: bool = True  # record check arguments for the parent (off for the self-check)
+    salt: int = 0  # the per-job secret the checks draw their inputs from (0: the notebook's seeds)
 
     @classmethod
     def from_json(cls, text: str) -> ChildJob:
@@ -64,12 +65,18 @@ class ChildJob:
         return cls(**data)
 
 
-def write_job_cells(folder: Path, cells: list[tuple[int, str, bool]]) -> None:
-    """The parent's half of a job: the cells (index, source, is a test cell) for the child."""
+def write_job_cells(folder: Path, cells: list[tuple[int, str, bool]],
+                    memory_budgets: dict[int, int] | None = None, warnings_on_stdout: bool = False) -> None:
+    """The parent's half of a job: the cells (index, source, is a test cell) for the child,
+    for some cells the bytes they may allocate (``execution.execute_cells`` lowers the
+    address-space limit to that before the cell runs), and whether warnings are shown on
+    stdout (this course's notebooks, where a warning costs no points)."""
+    budgets = memory_budgets or {}
     (folder / "home").mkdir(parents=True, exist_ok=True)
     (folder / "root").mkdir(exist_ok=True)
     (folder / "job.json").write_text(json.dumps(
-        {"cells": [{"index": i, "source": s, "hidden": h} for i, s, h in cells]}))
+        {"cells": [{"index": i, "source": s, "hidden": h, "memory_bytes": budgets.get(i),
+                    "warnings_on_stdout": warnings_on_stdout} for i, s, h in cells]}))
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,8 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.Vi
         from grader.autograde.execution import CellJob, execute_cells
 
         status = 70
-        execute_cells([CellJob(c["index"], c["source"], c["hidden"]) for c in cells], 3, job.record)
+        execute_cells([CellJob(c["index"], c["source"], c["hidden"], c.get("memory_bytes"),
+                               bool(c.get("warnings_on_stdout"))) for c in cells], 3, job.record, job.salt)
         status = 0
     except BaseException:  # noqa: BLE001 - report the sandbox's own failure in the log
         traceback.print_exc()
