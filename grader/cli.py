@@ -38,9 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     release = commands.add_parser("release", help="solutions/ -> chapters/ learner notebooks")
     release.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
 
-    check = commands.add_parser("check", help="run a notebook's visible tests and explain them")
+    check = commands.add_parser("check", help="run a notebook's visible tests and explain them, "
+                                              "confined as autograde confines a submission")
     check.add_argument("notebook", type=Path)
     check.add_argument("--timeout", type=_positive(float), default=120.0)
+    check.add_argument("--unconfined", action="store_true",
+                       help="for your own notebook only: run it in its own folder with limits but "
+                            "no confinement (see SECURITY.md)")
 
     grade = commands.add_parser("autograde", help="grade a folder of submissions")
     grade.add_argument("submitted", type=Path, help="SUBMITTED/<student>/<assignment>/*.ipynb")
@@ -89,15 +93,20 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from grader.autograde.sandbox import IsolationUnavailable
     from grader.autograde.submissions import InvalidNotebook
     from grader.selfcheck import check_notebook, format_report
 
     if not args.notebook.is_file():
         raise UsageError(f"{args.notebook} is not a file")
     try:
-        outcomes = check_notebook(args.notebook, timeout=args.timeout)
+        outcomes = check_notebook(args.notebook, timeout=args.timeout, unconfined=args.unconfined)
     except InvalidNotebook as exc:
         raise UsageError(str(exc)) from exc
+    except IsolationUnavailable as exc:
+        raise UsageError("this machine cannot confine the notebook's code (not root, and user "
+                         "namespaces are disabled); for your own notebook only, --unconfined "
+                         "runs it without confinement") from exc
     print(format_report(args.notebook, outcomes))
     return 0 if all(o.passed for o in outcomes) else 1
 

@@ -1,50 +1,66 @@
-"""``python -m grader check NOTEBOOK``: a learner's self-check before handing in.
+"""``python -m grader check NOTEBOOK``: a learner's self-check, or an instructor's look at a submission.
 
-Runs every code cell of the notebook in a fresh child process (as a kernel would, in the
-notebook's own folder) and prints, for each test cell, whether it passed and, if not, the
-message of its check. Only the tests in the learner's copy run; grading adds hidden ones.
-The report reads as the learner package's own ``attention-check`` (the same outcome record
-and report format), which runs the notebook in a plain Jupyter kernel instead.
+Runs every code cell of the notebook in a fresh child process and prints, for each test cell,
+whether it passed and, if not, the message of its check. Only the tests in the notebook run;
+grading adds hidden ones. The report reads as the learner package's own ``attention-check``
+(the same outcome record and report format), which runs the notebook in a plain Jupyter
+kernel instead.
+
+The child is confined exactly as ``python -m grader autograde`` confines a submission (the
+same ``choose_isolation``, the same view, limits and identity; a few milliseconds): the
+notebook may be anyone's, and its code must not write the caller's files (results, grades,
+the gradebook, the grader package) or read what grading hides (``solutions/``, the grader's
+code). It runs in ``/home/learner`` on a copy of the files beside it (regular files only,
+symlinks never followed), so whatever it writes there is gone with it. ``unconfined`` (the
+command's ``--unconfined``) is for one's own notebook: limits only, in its own folder.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 from attention_learner.cell_rules import TestStatus, cell_outcome, is_test_cell
 from attention_learner.notebook_check import TestOutcome, format_report
 from grader.autograde.child_report import read_report
-from grader.autograde.sandbox import ChildJob, ForkServer, Isolation, Limits, ServerConfig, write_job_cells
+from grader.autograde.sandbox import (
+    ChildJob,
+    ForkServer,
+    Isolation,
+    Limits,
+    ServerConfig,
+    choose_isolation,
+    grading_config,
+    write_job_cells,
+)
 
 __all__ = ["TestOutcome", "check_notebook", "format_report"]
 
+HOME_BUDGET = 48 * 2**20  # of the job's 64 MB home: what the files beside the notebook may take
+MAX_ENTRIES = 2_000
+MAX_DEPTH = 8
 
-def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
+
+def check_notebook(path: Path, timeout: float = 120.0, *, unconfined: bool = False) -> list[TestOutcome]:
     """Run ``path`` in a fresh child process; one outcome per test cell, in order.
 
-    The learner's own code on their own machine: no confinement, only limits, and the same
-    rules as the grader for deciding that a test cell passed (``attention_learner.cell_rules``).
+    Confined as autograde confines a submission, unless ``unconfined`` (one's own notebook:
+    limits only, in its own folder); raises ``IsolationUnavailable`` where the machine cannot
+    confine. The same rules as the grader decide that a test cell passed
+    (``attention_learner.cell_rules``).
     """
-    server = ForkServer(ServerConfig(Isolation.NONE))  # imports torch while we read the notebook
-    from grader.autograde.submissions import read_notebook
-
-    try:
-        nb = read_notebook(path)
-    except Exception:
-        server.close()
-        raise
-    cells = {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    isolation = Isolation.NONE if unconfined else choose_isolation(accept_weak=False)
     folder = Path(tempfile.mkdtemp(prefix="attention-check-"))
     try:
-        with server:
-            write_job_cells(folder, [(i, c.source, False) for i, c in cells.items()])
-            (folder / "home").rmdir()
-            (folder / "home").symlink_to(path.resolve().parent)  # the notebook's own folder
-            finished = server.run(ChildJob("check", str(folder),
-                                           Limits(timeout=timeout, file_bytes=2**30), record=False))
-            report = read_report(folder / "report")
+        config = ServerConfig(Isolation.NONE) if unconfined else grading_config(isolation, [folder])
+        server = ForkServer(config)  # imports torch while we read the notebook
+        try:
+            cells, finished, report = _run(server, path, folder, timeout, unconfined)
+        finally:
+            server.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     outcomes = []
@@ -62,3 +78,74 @@ def check_notebook(path: Path, timeout: float = 120.0) -> list[TestOutcome]:
         passed = status is TestStatus.PASSED
         outcomes.append(TestOutcome(grade_id, max_points if passed else 0.0, max_points, passed, message))
     return outcomes
+
+
+def _run(server: ForkServer, path: Path, folder: Path, timeout: float, unconfined: bool):
+    from grader.autograde.submissions import read_notebook
+
+    nb = read_notebook(path)
+    cells = {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    write_job_cells(folder, [(i, c.source, False) for i, c in cells.items()])
+    if unconfined:  # the learner's own notebook, in its own folder
+        (folder / "home").rmdir()
+        (folder / "home").symlink_to(path.resolve().parent)
+        limits = Limits(timeout=timeout, file_bytes=2**30)
+    else:
+        copy_beside(path.resolve().parent, folder / "home")
+        limits = Limits(timeout=timeout)
+    finished = server.run(ChildJob("check", str(folder), limits, record=False))
+    return cells, finished, read_report(folder / "report")
+
+
+def copy_beside(source: Path, home: Path) -> list[str]:
+    """Copy the regular files under ``source`` into ``home``, never following a symlink, up to
+    HOME_BUDGET bytes, MAX_ENTRIES entries and MAX_DEPTH levels; what was left out."""
+    left_out: list[str] = []
+    used = entries = 0
+    stack = [(source, home, 0)]
+    while stack:
+        folder, target, depth = stack.pop()
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            left_out.append(str(folder.relative_to(source)))
+            continue
+        for name in names:
+            entries += 1
+            src, dst = folder / name, target / name
+            try:
+                st = os.lstat(src)
+            except OSError:
+                continue
+            if entries > MAX_ENTRIES:
+                left_out.append(str(src.relative_to(source)))
+            elif stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
+                dst.mkdir()
+                stack.append((src, dst, depth + 1))
+            elif stat.S_ISREG(st.st_mode) and used + st.st_size <= HOME_BUDGET:
+                if _copy_regular(src, dst, st.st_size):
+                    used += st.st_size
+                else:
+                    left_out.append(str(src.relative_to(source)))
+            else:  # a symlink, a device, too deep or too large: not copied
+                left_out.append(str(src.relative_to(source)))
+    return left_out
+
+
+def _copy_regular(src: Path, dst: Path, size: int) -> bool:
+    """Copy at most ``size`` bytes of ``src``, opened without following a symlink."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        with open(dst, "xb") as out:
+            left = size
+            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+                out.write(chunk)
+                left -= len(chunk)
+        return True
+    finally:
+        os.close(fd)

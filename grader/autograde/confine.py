@@ -3,19 +3,23 @@
 The fork server calls :func:`enter` in each freshly forked child, before any learner code
 exists in it. What the child ends up with (see SECURITY.md for the threat model):
 
-- new PID, mount, network, IPC and UTS namespaces: it sees only its own processes, has no
-  network at all (not even loopback), and everything it starts dies when it does (it is
-  PID 1 of its namespace: the kernel kills the whole namespace with it);
+- new PID, mount, network, IPC, UTS and cgroup namespaces: it sees only its own processes,
+  has no network at all (not even loopback), and everything it starts dies when it does (it
+  is PID 1 of its namespace: the kernel kills the whole namespace with it);
 - a root filesystem of its own, built on an empty tmpfs: the Python installation, the
-  virtual environment, the system libraries and ``/etc`` read-only, the learner package,
-  an empty ``/tmp``, a minimal ``/dev``, its own ``/proc``, and a copy of its job folder's
-  files as ``/home/learner`` (size-limited tmpfs, like ``/tmp``: the only places it can
-  write). The grader's checkout, ``solutions/``, the source, SUBMITTED, OUT, the gradebook
-  and every other job's folder are simply not in it; any of them that lies inside a
-  mounted folder is covered by an empty mount;
+  virtual environment and the system libraries (``/usr``) read-only, the learner package,
+  a minimal ``/etc`` of its own (``passwd`` and ``group`` naming only root, nobody and the
+  job's identity, ``nsswitch.conf``, ``hosts``, ``ld.so.cache``, ``localtime``: nothing
+  else of the machine's), an empty ``/tmp``, a minimal ``/dev``, its own ``/proc``, and a
+  copy of its job folder's files as ``/home/learner`` (size- and inode-limited tmpfs, like
+  ``/tmp``: the only places it can write). The grader's checkout, ``solutions/``, the
+  source, SUBMITTED, OUT, the gradebook and every other job's folder are simply not in it;
+  any of them that lies inside a mounted folder is covered by an empty mount;
 - another identity: as root, uid/gid 65534 (nobody) with no capabilities; as an ordinary
   user, a user namespace in which it keeps its uid but holds no capability;
-- ``no_new_privs``, and limits whose hard value equals the soft one.
+- ``no_new_privs``, and limits whose hard value equals the soft one; where no cgroup counts
+  the job's memory (``cgroups``), a seccomp filter refuses the calls that hold memory no
+  limit counts (:func:`refuse_uncounted_memory`).
 
 Linux only; Python 3.11 has no ``os.unshare``, so the system calls go through ctypes.
 """
@@ -36,6 +40,7 @@ NOBODY = 65534
 HOME = "/home/learner"  # the job folder, as the learner's code sees it
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -48,7 +53,7 @@ MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MNT_DETACH = 2
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER, PR_SET_SECCOMP = 36, 22
 CAP_LAST = 63
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
@@ -88,6 +93,13 @@ def set_subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
+def die_with_parent(sig: int, parent: int | None = None) -> bool:
+    """Receive ``sig`` when the parent ends; False if it had already ended (``parent``: its
+    pid, checked after the request, when this process can see it)."""
+    _prctl(PR_SET_PDEATHSIG, sig)
+    return parent is None or os.getppid() == parent
+
+
 @dataclass(frozen=True)
 class View:
     """What a job's filesystem holds besides its home: read-only folders, covered folders."""
@@ -99,8 +111,10 @@ class View:
     def for_this_python(cls, extra_readonly: Iterable[str] = (), hidden: Iterable[str] = ()) -> View:
         """The folders a Python child needs: the system, this interpreter and its packages."""
         hidden = tuple(os.path.realpath(h) for h in hidden)
-        wanted = ["/usr", "/etc", "/opt", sys.base_prefix, sys.prefix, *extra_readonly]
+        wanted = ["/usr", sys.base_prefix, sys.prefix, *extra_readonly]
         wanted += [p for p in sys.path if p and os.path.isdir(p)]
+        # systems that are not usr-merged keep the loader and libraries in real /lib folders
+        wanted += [f"/{n}" for n in _SYSTEM_FOLDERS if os.path.isdir(f"/{n}") and not os.path.islink(f"/{n}")]
         kept: list[str] = []
         for path in sorted({os.path.realpath(p) for p in wanted if os.path.isdir(p)}, key=len):
             if path == "/" or any(_within(h, path) for h in hidden):  # "/": `python -m`'s cwd
@@ -108,6 +122,9 @@ class View:
             if not any(_within(path, k) for k in kept):
                 kept.append(path)
         return cls(tuple(kept), hidden)
+
+
+_SYSTEM_FOLDERS = ("bin", "sbin", "lib", "lib64", "lib32")
 
 
 def _within(path: str, folder: str) -> bool:
@@ -119,13 +136,14 @@ def _within(path: str, folder: str) -> bool:
 
 
 def unshare_namespaces(as_root: bool) -> None:
-    """New namespaces for this process's future children (PID) and for itself (the rest).
+    """New namespaces for this process's future children (PID) and for itself (the rest;
+    in its cgroup namespace, the cgroup it is in now is the root).
 
     Must run in a single-threaded process (a freshly forked child is). As an ordinary user,
     a user namespace comes first; it maps this process's own uid and gid to themselves, the
     only mapping an unprivileged process may write.
     """
-    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
     uid, gid = os.getuid(), os.getgid()
     if not as_root:
         flags |= CLONE_NEWUSER
@@ -176,6 +194,35 @@ def _cover(target: str) -> None:
         _mount("/dev/null", target, None, MS_BIND)
 
 
+HOME_INODES, TMP_INODES = 16_384, 4_096  # a submission holds at most 10,000 entries
+
+
+def _write_etc(etc: str) -> None:
+    """The job's own ``/etc``: what Python, numpy and torch read, nothing of the machine's
+    users, host name or secrets (no shadow, hostname, ssl, ...)."""
+    _ensure_dir(etc)
+    uid, gid = (NOBODY, NOBODY) if os.getuid() == 0 else (os.getuid(), os.getgid())
+    users = {0: "root:x:0:0:root:/root:/usr/sbin/nologin",
+             NOBODY: f"nobody:x:{NOBODY}:{NOBODY}:nobody:{HOME}:/usr/sbin/nologin"}
+    groups = {0: "root:x:0:", NOBODY: f"nogroup:x:{NOBODY}:"}
+    users.setdefault(uid, f"learner:x:{uid}:{gid}:learner:{HOME}:/usr/sbin/nologin")
+    groups.setdefault(gid, f"learner:x:{gid}:")
+    files = {
+        "passwd": "\n".join(users.values()) + "\n",
+        "group": "\n".join(groups.values()) + "\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
+        "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    }
+    for name, text in files.items():
+        Path(etc, name).write_text(text)
+    if os.path.isfile("/etc/ld.so.cache"):  # where the loader finds libraries by name
+        _bind("/etc/ld.so.cache", etc + "/ld.so.cache", readonly=True)
+    if os.path.islink("/etc/localtime"):  # into /usr/share/zoneinfo, which is there
+        os.symlink(os.readlink("/etc/localtime"), etc + "/localtime")
+    elif os.path.isfile("/etc/localtime") and os.path.getsize("/etc/localtime") < 2**16:
+        shutil.copyfile("/etc/localtime", etc + "/localtime")
+
+
 def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
     """Populate ``new_root`` (an empty folder) and make it this namespace's ``/``.
 
@@ -188,13 +235,15 @@ def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
     # The writable places first, so that read-only folders below them (a venv under /tmp,
     # say) are mounted on top of them and not hidden by them.
     _ensure_dir(new_root + "/tmp")
-    _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+    _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={tmp_bytes},nr_inodes={TMP_INODES},mode=1777")
     _ensure_dir(new_root + "/dev")
-    _mount("tmpfs", new_root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+    _mount("tmpfs", new_root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755")
     for node in ("null", "zero", "full", "random", "urandom"):
         _bind("/dev/" + node, f"{new_root}/dev/{node}", readonly=False)
     _ensure_dir(new_root + "/dev/shm")
-    _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+    _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={tmp_bytes},nr_inodes={TMP_INODES},mode=1777")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{new_root}/dev/{name}")
@@ -203,8 +252,10 @@ def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
     # The job's home is a size-limited tmpfs holding a copy of the job folder's files: the
     # child's writes cannot fill the grader's disk, and the job folder itself stays as given.
     _ensure_dir(new_root + HOME)
-    _mount("tmpfs", new_root + HOME, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=0755")
+    _mount("tmpfs", new_root + HOME, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={tmp_bytes},nr_inodes={HOME_INODES},mode=0755")
     shutil.copytree(home, new_root + HOME, symlinks=True, dirs_exist_ok=True)
+    _write_etc(new_root + "/etc")  # on the root tmpfs: read-only with it, below
     for path in view.readonly:
         _bind(path, new_root + path, readonly=True)
     for name in ("bin", "sbin", "lib", "lib64", "lib32"):  # usr-merged systems: symlinks
@@ -258,6 +309,57 @@ def drop_privileges(as_root: bool) -> None:
         data = (_CapData * 2)()
         _call(_libc.capset(ctypes.byref(header), data), "capset")
     _prctl(PR_SET_DUMPABLE, 0)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+_BPF_LD_ABS, _BPF_JEQ, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x35, 0x06
+_SECCOMP_MODE_FILTER, _RET_ALLOW, _RET_ERRNO = 2, 0x7FFF0000, 0x00050000
+# architecture (AUDIT_ARCH_*), the calls refused, the first number of another ABI (x32)
+_SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "socket": 41,
+                            "socketpair": 53, "io_uring_setup": 425}, 0x40000000),
+    "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447, "shmget": 194, "socket": 198,
+                             "socketpair": 199, "io_uring_setup": 425}, None),
+}
+UNCOUNTED_MEMORY_CALLS = ("memfd_create", "memfd_secret", "shmget", "socket", "socketpair",
+                          "io_uring_setup")
+
+
+def refuse_uncounted_memory() -> None:
+    """The calls of UNCOUNTED_MEMORY_CALLS fail with EPERM from now on, in this process and all
+    it starts (a seccomp filter; ``no_new_privs`` must be set).
+
+    Where no cgroup counts a job's memory, these are the ways to hold memory that no
+    address-space limit counts: a memfd written with ``write`` is never mapped, a SysV
+    segment outlives its mapping, each socket queues up to twice ``net.core.wmem_max`` in
+    the kernel (8 MB here), and io_uring makes sockets of its own. Every file lives on a
+    size-limited tmpfs; the job has no network, so no socket serves it. Calls of another ABI
+    (i386, x32) are refused altogether: they would bypass the numbers.
+    """
+    spec = _SECCOMP_ARCH.get(platform.machine())
+    if spec is None:
+        raise ConfinementError(0, f"seccomp: unknown architecture {platform.machine()}")
+    arch, calls, other_abi = spec
+    refused = [calls[name] for name in UNCOUNTED_MEMORY_CALLS]
+    checks = [(_BPF_JGE, other_abi)] if other_abi is not None else []
+    checks += [(_BPF_JEQ, number) for number in refused]
+    program = [(_BPF_LD_ABS, 0, 0, 4),  # seccomp_data.arch
+               (_BPF_JEQ, 0, len(checks) + 2, arch),  # another architecture: to "refuse"
+               (_BPF_LD_ABS, 0, 0, 0)]  # seccomp_data.nr
+    program += [(code, len(checks) - k, 0, value) for k, (code, value) in enumerate(checks)]
+    program += [(_BPF_RET, 0, 0, _RET_ALLOW), (_BPF_RET, 0, 0, _RET_ERRNO | 1)]  # refuse: EPERM
+    filters = (_SockFilter * len(program))(*[_SockFilter(c, t, f, k) for c, t, f, k in program])
+    fprog = _SockFprog(len(program), filters)
+    _call(_libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+                      ctypes.c_void_p(ctypes.addressof(fprog)), 0, 0), "seccomp")
 
 
 def can_use_user_namespaces() -> bool:

@@ -12,9 +12,18 @@ mount point). The child reads its cells, wires its descriptors (0 = /dev/null, 1
 itself (``confine``: namespaces, a filesystem that holds only what the notebook needs,
 another identity, hard limits) and runs the cells; its only way out is the report.
 
+Each job is two processes: a keeper, which runs no learner code and stays outside the job's
+PID namespace, and the job's PID 1, its child, which runs the cells. The keeper dies with the
+server (a parent-death signal, checked against ``getppid()`` once set) and takes PID 1 with
+it; it also kills PID 1 at the time limit by its own clock, should the server be stuck. PID
+1's own death takes its whole namespace with it. Where the machine allows it, the job lives in
+cgroups of its own (``cgroups``: memory, swap included, and tasks counted for the whole job);
+elsewhere the per-process limits are lowered instead (SECURITY.md gives both worst cases).
+
 The server, not the child, tells the parent how each child ended: it holds a pidfd of every
-job's PID 1 (a subreaper adopts it), kills it at the time limit by its own clock (a stopped
-or sleeping child included), and reports exit codes it read from ``waitpid``.
+job's keeper and PID 1, kills PID 1 at the time limit by its own clock (a stopped or sleeping
+child included), removes the job's cgroups with whatever is left in them, and reports the
+exit code the keeper passed on from ``waitpid``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from grader.autograde import cgroups as cgroup_tree
 from grader.autograde import confine
 
 
@@ -44,10 +54,15 @@ class Isolation(StrEnum):
 @dataclass(frozen=True)
 class Limits:
     timeout: float = 60.0  # wall-clock seconds for the whole notebook
-    memory_bytes: int = 3 * 2**30  # address space on top of what the child starts with
+    # The job's memory: in its cgroup every page counts (all its processes, tmpfs, memfd),
+    # and each process's address space on top of what it starts with.
+    memory_bytes: int = 3 * 2**30
+    # Without a cgroup: each process's address space on top of what it starts with.
+    process_memory_bytes: int = 256 * 2**20
     file_bytes: int = 64 * 2**20  # largest file the child may write (the report included)
-    processes: int = 64  # processes and threads of the job's identity (namespaces only)
-    tmp_bytes: int = 64 * 2**20  # size of its /tmp and /dev/shm
+    processes: int = 16  # tasks (processes and threads) of the job, its keeper included (namespaces)
+    files: int = 64  # open descriptors per process (namespaces)
+    tmp_bytes: int = 64 * 2**20  # size of its home, /tmp and /dev/shm (each)
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,7 @@ class ServerConfig:
     isolation: Isolation
     hidden: tuple[str, ...] = ()  # folders no child may see (source, OUT, SUBMITTED, work, grader)
     readonly: tuple[str, ...] = ()  # extra folders a child needs read-only
+    cgroups: bool = True  # a cgroup per job where the machine allows it (False: tests only)
 
     def view(self) -> confine.View:
         return confine.View.for_this_python(self.readonly, self.hidden)
@@ -103,15 +119,24 @@ def _wire_descriptors(report: int, log: int, keep: int) -> None:
     os.closerange(5, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
-def _limits(limits: Limits, isolation: Isolation) -> dict[int, int]:
+# RLIMIT_NPROC as root counts every process of uid 65534 on the machine, all jobs together:
+# with a cgroup (pids.max holds each job) only a backstop, without one the only bound.
+SHARED_UID_TASKS = {True: 1024, False: 64}
+
+
+def _limits(limits: Limits, isolation: Isolation, counted: bool, as_root: bool) -> dict[int, int]:
+    """The job's rlimits; ``counted``: a cgroup counts the job's memory and tasks."""
+    memory = limits.memory_bytes if counted or isolation is not Isolation.NAMESPACES \
+        else limits.process_memory_bytes
     values = {
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_CPU: int(limits.timeout) + 5,
         resource.RLIMIT_FSIZE: limits.file_bytes,
-        resource.RLIMIT_AS: _current_address_space() + limits.memory_bytes,
+        resource.RLIMIT_AS: _current_address_space() + memory,
     }
-    if isolation is Isolation.NAMESPACES:  # counted per user namespace or for uid 65534 only
-        values[resource.RLIMIT_NPROC] = limits.processes
+    if isolation is Isolation.NAMESPACES:  # per job in its own user namespace, else per uid
+        values[resource.RLIMIT_NPROC] = SHARED_UID_TASKS[counted] if as_root else limits.processes
+        values[resource.RLIMIT_NOFILE] = limits.files
     return values
 
 
@@ -133,8 +158,13 @@ def _learner_environment(home: str) -> dict[str, str]:
     }
 
 
-def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.View | None) -> None:
-    """Runs as the job's PID 1 (or its only process without namespaces). Never returns."""
+def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.View | None,
+              counted: bool = False) -> None:
+    """Runs as the job's PID 1 (or its only process without namespaces). Never returns.
+
+    ``counted``: the job is in cgroups of its own; without them the per-process limits are
+    lowered and the calls that hold memory outside every limit are refused.
+    """
     status = 71
     try:
         folder = Path(job.folder)
@@ -151,9 +181,14 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.Vi
                         os.lchown(name, confine.NOBODY, confine.NOBODY)
         else:  # HOME is the private job folder: no IPython profile lands beside a notebook
             home = str(folder / "home") if (folder / "home").is_dir() else os.getcwd()
-        confine.set_limits(_limits(job.limits, isolation))
+        confine.set_limits(_limits(job.limits, isolation, counted, as_root))
         if isolation is Isolation.NAMESPACES:
             confine.drop_privileges(as_root)
+            if not counted:
+                confine.refuse_uncounted_memory()
+            # changing identity cleared the parent-death signal: ask again (the keeper also
+            # kills this process when it dies of the server's death)
+            confine.die_with_parent(signal.SIGKILL)
         elif isolation is Isolation.WEAK:
             confine._prctl(confine.PR_SET_NO_NEW_PRIVS, 1)
         os.chdir(home)
@@ -172,8 +207,9 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: confine.Vi
 
 
 def _first_child(job: ChildJob, isolation: Isolation, view: confine.View | None,
-                 report: int, log: int, pid_pipe: int) -> None:
-    """The forked child: read the cells, wire descriptors, enter namespaces, start PID 1."""
+                 report: int, log: int, pid_pipe: int, server: int, cgroup_procs: tuple[str, ...]) -> None:
+    """The forked child: read the cells, wire descriptors, then keep the job (namespaces) or
+    run it (without them)."""
     status = 72
     try:
         cells = json.loads((Path(job.folder) / "job.json").read_text())["cells"]
@@ -182,21 +218,78 @@ def _first_child(job: ChildJob, isolation: Isolation, view: confine.View | None,
         # group (as an ordinary user the job keeps the grader's uid, so that would be allowed).
         os.setsid()
         if isolation is Isolation.NAMESPACES:
-            confine.unshare_namespaces(as_root=os.getuid() == 0)
-            pid = os.fork()  # PID 1 of the new namespace
-            if pid == 0:
-                os.close(4)
-                _job_main(job, cells, isolation, view)
-            os.write(4, str(pid).encode())
-            status = 0
-        else:  # the session's process group is killed as a whole at the end
-            os.write(4, str(os.getpid()).encode())
-            os.close(4)
-            _job_main(job, cells, isolation, None)
+            _keeper(job, cells, view, server, cgroup_procs)
+        # without namespaces this process runs the cells, and dies with the server (unless
+        # the learner's code undoes that: weak isolation); its group is killed at the end
+        if not confine.die_with_parent(signal.SIGKILL, server):
+            return
+        os.write(4, str(os.getpid()).encode())
+        os.close(4)
+        _job_main(job, cells, isolation, None)
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
     finally:
         os._exit(status)
+
+
+KEEPER_GRACE = 2.0  # seconds past the time limit after which the keeper kills PID 1 itself
+
+
+def _keeper(job: ChildJob, cells: list, view: confine.View | None, server: int,
+            cgroup_procs: tuple[str, ...]) -> None:
+    """Join the job's cgroups, enter its namespaces, start its PID 1, and keep it. Never returns.
+
+    This process runs no learner code and stays outside the job's PID namespace, where no
+    process of the job can name it. When the server dies (however: a SIGKILL of the whole
+    grading process group included) its parent-death signal makes it kill PID 1 and go; at
+    the time limit plus KEEPER_GRACE it kills PID 1 itself. It then ends as PID 1 ended (the
+    same exit code, or the same signal), which is what the server reads from ``waitpid``.
+    """
+    leader = 0
+
+    def server_died(signum: int, frame: object) -> None:
+        if leader:
+            os.kill(leader, signal.SIGKILL)  # our unreaped child: its pid cannot be reused
+        os._exit(75)
+
+    signal.signal(signal.SIGTERM, server_died)
+    cgroup_tree.join(cgroup_procs)  # before the namespaces: its cgroup is their cgroup root
+    confine.unshare_namespaces(as_root=os.getuid() == 0)
+    # after unshare (a new user namespace clears it): then make sure the server is still there
+    if not confine.die_with_parent(signal.SIGTERM, server):
+        os._exit(75)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until `leader` is known
+    pid = os.fork()  # PID 1 of the new namespace
+    if pid == 0:
+        os.close(4)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.setsid()  # kill(0, ...) by the job reaches its own processes only, never the keeper
+        _job_main(job, cells, Isolation.NAMESPACES, view, counted=bool(cgroup_procs))
+    leader = pid
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.write(4, str(pid).encode())
+    os.close(4)
+    pidfd = os.pidfd_open(pid)
+    end = time.monotonic() + job.limits.timeout + KEEPER_GRACE
+    while not select.select([pidfd], [], [], None if end is None else max(0.0, end - time.monotonic()))[0]:
+        os.kill(pid, signal.SIGKILL)
+        end = None
+    _, status = os.waitpid(pid, 0)
+    _end_as(status)
+
+
+def _end_as(status: int) -> None:
+    """Exit as the process whose ``waitpid`` status this is: its exit code, or its signal."""
+    if not os.WIFSIGNALED(status):
+        os._exit(os.waitstatus_to_exitcode(status))
+    sig = os.WTERMSIG(status)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
 
 
 # ------------------------------------------------------------------ the server
@@ -205,44 +298,130 @@ def _first_child(job: ChildJob, isolation: Isolation, view: confine.View | None,
 @dataclass
 class _Child:
     id: str
-    pid: int
+    pid: int  # the server's own child: the keeper (namespaces) or the job itself
+    leader: int  # the job's PID 1 (the same process without namespaces)
+    leader_fd: int  # a pidfd of it (-1 without namespaces: ``pid`` is the job)
     deadline: float
     isolation: Isolation
+    cgroup: str = ""  # the job's cgroup folder name ("" without one)
     timed_out: bool = False
 
 
-def _start(job: ChildJob, config: ServerConfig, view: confine.View | None) -> int:
-    """Fork the job's child; return the pid of its PID 1 (0 if it never started)."""
-    folder = Path(job.folder)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-    report = os.open(folder / "report", flags, 0o600)
-    log = os.open(folder / "log", flags, 0o600)
-    read_end, write_end = os.pipe()
-    first = os.fork()
-    if first == 0:
+class _Server:
+    """What the loop holds: the configuration, the view, the run's cgroups, the jobs."""
+
+    def __init__(self, config: ServerConfig, view: confine.View | None,
+                 cgroups: cgroup_tree.Cgroups | None) -> None:
+        self.config, self.view, self.cgroups = config, view, cgroups
+        self.children: dict[int, _Child] = {}  # pidfd of Child.pid -> child
+        self._numbers = iter(range(1, 1 << 62))
+
+    def start(self, job: ChildJob) -> _Child | None:
+        """Fork the job; None if it never started (then nothing of it is left)."""
+        name, procs = "", ()
+        if self.cgroups is not None:
+            name = f"job{next(self._numbers)}"
+            try:
+                procs = self.cgroups.job(name, job.limits.memory_bytes, job.limits.processes)
+            except OSError:  # then this job gets the lower limits of a machine without cgroups
+                self.cgroups.remove_job(name)
+                name, procs = "", ()
+        started = time.monotonic()
+        folder = Path(job.folder)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        report = os.open(folder / "report", flags, 0o600)
+        log = os.open(folder / "log", flags, 0o600)
+        read_end, write_end = os.pipe()
+        server = os.getpid()
+        first = os.fork()
+        if first == 0:
+            os.close(read_end)
+            _first_child(job, self.config.isolation, self.view, report, log, write_end, server, procs)
+        for fd in (write_end, report, log):
+            os.close(fd)
+        data = b""
+        while chunk := os.read(read_end, 64):
+            data += chunk
         os.close(read_end)
-        _first_child(job, config.isolation, view, report, log, write_end)
-    for fd in (write_end, report, log):
-        os.close(fd)
-    data = b""
-    while chunk := os.read(read_end, 64):
-        data += chunk
-    os.close(read_end)
-    if config.isolation is Isolation.NAMESPACES:
-        os.waitpid(first, 0)  # it has handed PID 1 over to us (the subreaper) and left
-    return int(data) if data.isdigit() else 0
+        leader = int(data) if data.isdigit() else 0
+        if not leader:
+            os.waitpid(first, 0)
+            if name:
+                self.cgroups.remove_job(name)
+            return None
+        child = _Child(job.id, first, leader, -1, started + job.limits.timeout, self.config.isolation, name)
+        if child.isolation is Isolation.NAMESPACES:
+            child.leader_fd = os.pidfd_open(leader)
+        self.children[os.pidfd_open(first)] = child
+        return child
+
+    def finish(self, pidfd: int) -> dict:
+        """The job's ``exited`` event, once nothing of it is left."""
+        child = self.children.pop(pidfd)
+        _, status = os.waitpid(child.pid, 0)
+        os.close(pidfd)
+        self.take_down(child)
+        return {"event": "exited", "id": child.id, "code": os.waitstatus_to_exitcode(status),
+                "timed_out": child.timed_out or time.monotonic() >= child.deadline}
+
+    def take_down(self, child: _Child) -> None:
+        """Kill whatever is left of a job whose keeper has ended, and remove its cgroups."""
+        if child.leader_fd >= 0:  # the keeper may have been killed before PID 1
+            _send_kill(child.leader_fd)
+            os.close(child.leader_fd)
+            child.leader_fd = -1
+        elif child.isolation is not Isolation.NAMESPACES:
+            _kill_group(child.pid)  # whatever it left running
+        if child.cgroup:
+            self.cgroups.remove_job(child.cgroup)
+
+    def kill(self, child: _Child) -> None:
+        """SIGKILL through a pidfd (no pid reuse race); PID 1 takes its namespace with it."""
+        if child.leader_fd >= 0:
+            _send_kill(child.leader_fd)
+        else:
+            _kill_group(child.pid)
+            if child.isolation is not Isolation.NAMESPACES:
+                os.kill(child.pid, signal.SIGKILL)  # not reaped yet: the pid is still its own
+
+    def reap_orphans(self) -> None:
+        """Reap processes that were adopted (as subreaper) rather than started here."""
+        mine = {c.pid for c in self.children.values()}
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid in mine:
+                return  # a job's own end is read through its pidfd
+            os.waitpid(info.si_pid, 0)
+
+    def shut_down(self) -> None:
+        """The parent has gone: take every job with us, and remove the run's cgroups."""
+        for child in self.children.values():
+            self.kill(child)
+        end = time.monotonic() + 5
+        for pidfd, child in list(self.children.items()):
+            if select.select([pidfd], [], [], max(0.0, end - time.monotonic()))[0]:
+                os.waitpid(child.pid, 0)
+            self.take_down(child)
+        if self.cgroups is not None:
+            self.cgroups.close()
+        os._exit(0)  # no teardown of torch: nothing is left to clean up
 
 
-def _probe(config: ServerConfig, view: confine.View | None, work: Path) -> str:
+def _probe(server: _Server, work: Path) -> str:
     """Confine a child that runs nothing: "" when it worked, else why not."""
     folder = work / "probe"
     write_job_cells(folder, [])
-    pid = _start(ChildJob("probe", str(folder), Limits(timeout=30), record=False), config, view)
-    if not pid:
-        return (folder / "log").read_text(errors="replace")[-2000:]
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        return (folder / "log").read_text(errors="replace")[-2000:] or f"exit {status}"
+    child = server.start(ChildJob("probe", str(folder), Limits(timeout=30), record=False))
+    if child is None:
+        return (folder / "log").read_text(errors="replace")[-2000:] or "the probe did not start"
+    pidfd = next(fd for fd, c in server.children.items() if c is child)
+    select.select([pidfd], [], [], 60)
+    code = server.finish(pidfd)["code"]
+    if code != 0:
+        return (folder / "log").read_text(errors="replace")[-2000:] or f"exit {code}"
     return ""
 
 
@@ -251,82 +430,83 @@ def _emit(event: dict) -> None:
     sys.stdout.flush()
 
 
+def _discover_cgroups(config: ServerConfig) -> cgroup_tree.Cgroups | None:
+    if config.isolation is not Isolation.NAMESPACES or not config.cgroups:
+        return None
+    try:
+        return cgroup_tree.discover()
+    except OSError:
+        return None
+
+
 def serve(config: ServerConfig) -> None:
     """The fork server's loop: jobs on stdin; started / exited events on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import grader.autograde.preload  # noqa: F401  (numpy, torch, IPython, the learner package)
 
     view = config.view() if config.isolation is Isolation.NAMESPACES else None
+    server = _Server(config, view, _discover_cgroups(config))
     if config.isolation is Isolation.NAMESPACES:
-        confine.set_subreaper()
+        confine.set_subreaper()  # a job's PID 1 whose keeper was killed comes back to us
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="attention-probe-") as probe_dir:
-            why = _probe(config, view, Path(probe_dir))
+            why = _probe(server, Path(probe_dir))
+            if why and server.cgroups is not None:  # cgroups that cannot be joined: go without
+                server.cgroups.close()
+                server.cgroups = None
+                why = _probe(server, Path(probe_dir))
         if why:
             _emit({"event": "error", "message": why})
             return
-    _emit({"event": "ready", "isolation": str(config.isolation)})
-    children: dict[int, _Child] = {}  # pidfd -> child
+    _emit({"event": "ready", "isolation": str(config.isolation),
+           "cgroup": server.cgroups.kind if server.cgroups is not None else "none"})
     try:
-        _serve_jobs(config, view, children)
+        _serve_jobs(server)
     except BrokenPipeError:  # the parent has gone: take the children with us, quietly
-        for pidfd, child in children.items():
-            _kill(pidfd, child)
-        os._exit(0)
+        server.shut_down()
 
 
-def _serve_jobs(config: ServerConfig, view: confine.View | None, children: dict[int, _Child]) -> None:
+def _serve_jobs(server: _Server) -> None:
     """The loop: start jobs read on stdin, kill them at their limits, report their ends."""
     buffer = b""
     stdin = sys.stdin.buffer.fileno()
+    children = server.children
     while True:
         now = time.monotonic()
         wait = min((c.deadline for c in children.values() if not c.timed_out), default=None)
         ready, _, _ = select.select([stdin, *children], [], [],
                                     None if wait is None else max(0.0, wait - now))
         now = time.monotonic()
-        for pidfd, child in children.items():
+        for child in children.values():
             if not child.timed_out and now >= child.deadline:
                 child.timed_out = True
-                _kill(pidfd, child)
+                server.kill(child)
         for fd in ready:
             if fd == stdin:
                 chunk = os.read(stdin, 1 << 16)
                 if not chunk:  # the parent has gone: take the children with us
-                    for pidfd, child in children.items():
-                        _kill(pidfd, child)
-                    os._exit(0)  # no teardown of torch: nothing is left to clean up
+                    server.shut_down()
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     job = ChildJob.from_json(line.decode())
-                    started = time.monotonic()
-                    pid = _start(job, config, view)
-                    if not pid:
+                    if server.start(job) is None:
                         _emit({"event": "exited", "id": job.id, "code": 72, "timed_out": False})
                         continue
-                    pidfd = os.pidfd_open(pid)
-                    children[pidfd] = _Child(job.id, pid, started + job.limits.timeout, config.isolation)
                     _emit({"event": "started", "id": job.id})
             else:
-                child = children.pop(fd)
-                _, status = os.waitpid(child.pid, 0)
-                if child.isolation is not Isolation.NAMESPACES:
-                    _kill_group(child.pid)  # whatever it left running
-                os.close(fd)
-                _emit({"event": "exited", "id": child.id, "code": os.waitstatus_to_exitcode(status),
-                       "timed_out": child.timed_out})
+                _emit(server.finish(fd))
+        server.reap_orphans()
+        if server.cgroups is not None and server.cgroups.pending:
+            server.cgroups.retry_pending()
 
 
-def _kill(pidfd: int, child: _Child) -> None:
-    """SIGKILL through the pidfd (no pid reuse race); PID 1 takes its namespace with it."""
+def _send_kill(pidfd: int) -> None:
     try:
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    if child.isolation is not Isolation.NAMESPACES:
-        _kill_group(child.pid)
 
 
 def _kill_group(pid: int) -> None:
@@ -403,11 +583,12 @@ class ForkServer(Executor):
         # the configuration goes in on stdin, not argv: a child's /proc/self/cmdline is its own
         self.process.stdin.write((json.dumps(
             {"isolation": str(config.isolation), "hidden": list(config.hidden),
-             "readonly": list(config.readonly)}) + "\n").encode())
+             "readonly": list(config.readonly), "cgroups": config.cgroups}) + "\n").encode())
         self.process.stdin.flush()
         self.running: dict[str, tuple[ChildJob, float]] = {}
         self._buffer = b""
         self._ready = False  # the server imports torch while the caller gets on with its work
+        self.cgroup = ""  # once ready: "v1" or "v2" (a cgroup per job), or "none"
 
     def wait_ready(self) -> None:
         if self._ready:
@@ -417,6 +598,7 @@ class ForkServer(Executor):
             raise IsolationUnavailable(event.get("message", ""))
         if not event or event.get("event") != "ready":
             raise RuntimeError("the grading fork server did not start")
+        self.cgroup = str(event.get("cgroup", "none"))
         self._ready = True
 
     def submit(self, job: ChildJob) -> None:
@@ -487,7 +669,7 @@ if __name__ == "__main__":
     decline_iri_checker()
     raw = json.loads(sys.stdin.buffer.readline())  # the first line: the configuration
     serve(ServerConfig(Isolation(raw["isolation"]), tuple(raw.get("hidden", ())),
-                       tuple(raw.get("readonly", ()))))
+                       tuple(raw.get("readonly", ())), bool(raw.get("cgroups", True))))
 
 
 def grading_config(isolation: Isolation, secrets: list[Path]) -> ServerConfig:
