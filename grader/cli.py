@@ -65,6 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="grade on a Dask cluster: tcp://host:8786 or tls://... (workers started "
                             "with --preload grader.autograde.distributed), or local:N for a "
                             "LocalCluster of N worker processes; needs the 'cluster' extra")
+
+    from grader.similarity import DEFAULT_THRESHOLD  # a constant: no numpy imported here
+
+    similar = commands.add_parser("similarity", help="which submissions share their code: "
+                                  "REPORT/similarity.csv and similarity.html (evidence, not a verdict)")
+    similar.add_argument("submitted", type=Path, help="SUBMITTED/<student>/<assignment>/*.ipynb")
+    similar.add_argument("--out", type=Path, required=True, metavar="REPORT", help="the report's folder")
+    similar.add_argument("--source", type=Path, default=SOLUTIONS,
+                         help="nbgrader source directory (default: this course's solutions/)")
+    similar.add_argument("--threshold", type=_fraction, default=DEFAULT_THRESHOLD,
+                         help=f"pairs scoring this or more are listed, 0 to 1 (default {DEFAULT_THRESHOLD})")
     return parser
 
 
@@ -76,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; 0 on success, 1 when a checked notebook fails a test, 2 on bad input."""
     decline_iri_checker()
     args = build_parser().parse_args(argv)
-    command = {"release": _release, "check": _check, "autograde": _autograde}[args.command]
+    command = {"release": _release, "check": _check, "autograde": _autograde,
+               "similarity": _similarity}[args.command]
     try:
         return command(args)
     except UsageError as exc:
@@ -147,6 +159,31 @@ def _autograde(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 130
     print(f"{summary.line()} in {time.monotonic() - start:.1f} s; see {args.out}/grades.csv")
+    return 0
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _similarity(args: argparse.Namespace) -> int:
+    from grader.similarity.run import SourceProblem, similarity_report
+
+    for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
+        if not folder.is_dir():
+            raise UsageError(f"the {what} {folder} is not a directory")
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a file, not a folder")
+    try:
+        report = similarity_report(args.submitted, args.out, args.source, args.threshold)
+    except SourceProblem as exc:
+        raise UsageError(str(exc)) from exc
+    except OSError as exc:  # SUBMITTED unreadable, REPORT not writable
+        raise UsageError(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
+    print(f"{report.line()} in {report.seconds:.1f} s; see {args.out}/similarity.html")
     return 0
 
 

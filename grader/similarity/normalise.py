@@ -1,0 +1,474 @@
+"""A cell's code as a stream of tokens that the usual disguises do not change.
+
+The cell is parsed with :mod:`ast` (IPython's ``%`` and ``!`` lines blanked first, so line
+numbers stay those of the cell) and walked in source order. What a learner can change
+without changing what the code does is left out or made uniform:
+
+- every name the cell binds (parameters, variables, functions, classes, loop and
+  comprehension targets) is one token, ``V``: renaming cannot show (numbering names by
+  first use would be undone by reordering);
+- a name the cell uses but does not bind keeps its meaning: an import alias becomes the
+  module's dotted path (``np.exp``, ``numpy.exp`` and ``from numpy import exp; exp`` are all
+  ``numpy.exp``), the source's own imports (its setup cell) count as the cell's; builtins
+  and given building blocks keep their names;
+- docstrings and other bare strings, bare names, ``pass``, ``print(...)`` statements and
+  imports are dropped; comments, blank lines and layout never reach the AST;
+- numbers become ``NUM`` and strings (f-strings too) ``STR``; ``True``, ``False`` and
+  ``None`` stay (they choose behaviour);
+- ``x += y`` reads as ``x = x + y``, keyword arguments are sorted by name, annotations
+  are dropped;
+- order that does not matter does not show: consecutive assignments are read in a
+  canonical order (each after those it depends on, otherwise by its tokens), and
+  definitions (functions, classes, methods) after the other statements of their block, in
+  the order of their tokens;
+- a helper (a function defined at the top of the cell and called by another of its
+  functions or classes) is read where it is first called, as if it had been inlined there:
+  its non-name arguments as assignments, its body, then the calling statement with the
+  call standing for the helper's final ``return`` expression; so extracting or inlining a
+  helper, or moving it above or below its caller, changes only a few tokens. Its own
+  definition is not read.
+
+Operators, attributes (``.shape``, ``.sum``) and keyword names stay: they are what the code
+does; only an attribute the cell itself assigns (``self.W_q = ...``) or a method it defines is
+the cell's own name, and ``V`` like the others. Each token carries the cell line it came
+from, so that matches can be shown.
+"""
+
+from __future__ import annotations
+
+import ast
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from grader.autograde.delegation import _without_magics
+
+LOCAL = "V"
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A normalised cell: its tokens and, for each, the line of the cell it came from (1-based)."""
+
+    tokens: list[str]
+    lines: list[int]
+
+
+def parse_cell(source: str) -> ast.Module:
+    """The cell's AST; raises SyntaxError (with the cell line) when it is not Python."""
+    return ast.parse(_without_magics(source))
+
+
+def import_aliases(nodes: Iterable[ast.AST]) -> dict[str, str]:
+    """name -> dotted path of what it was imported as, for every import among ``nodes``
+    (``ast.walk`` of a cell)."""
+    aliases: dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:  # ``import a.b`` binds ``a``
+                    top = alias.name.split(".")[0]
+                    aliases[top] = top
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            for alias in node.names:
+                if alias.name != "*":
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return aliases
+
+
+def bound_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Every name ``nodes`` (``ast.walk`` of a cell) bind other than by importing it."""
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+    return names
+
+
+def own_attributes(nodes: Iterable[ast.AST]) -> set[str]:
+    """Attribute names the cell chose: those it assigns, and the methods of its classes."""
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            names.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            names.update(item.name for item in node.body
+                         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef))
+    return names
+
+
+def _is_noise(statement: ast.stmt) -> bool:
+    """A statement that does nothing a grader or a reader of the algorithm cares about."""
+    if isinstance(statement, ast.Pass | ast.Import | ast.ImportFrom | ast.Global | ast.Nonlocal):
+        return True
+    if isinstance(statement, ast.Expr):
+        value = statement.value
+        if isinstance(value, ast.Constant | ast.Name | ast.Attribute | ast.JoinedStr):
+            return True  # a docstring, a bare string or a name shown by the notebook
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "print":
+            return True
+    return False
+
+
+def helpers(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """The cell's helpers: top-level functions (defined once) that another of its top-level
+    functions or classes calls. A call from top-level code (a test pasted into the cell, a
+    demo) does not make one."""
+    defined: dict[str, list[ast.FunctionDef]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef):
+            defined.setdefault(statement.name, []).append(statement)
+    once = {name: defs[0] for name, defs in defined.items() if len(defs) == 1}
+    definitions = [s for s in tree.body
+                   if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    if not once or len(definitions) < 2:
+        return {}
+    called = set()
+    for statement in tree.body:
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for node in ast.walk(statement):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in once
+                    and once[node.func.id] is not statement):
+                called.add(node.func.id)
+    return {name: once[name] for name in called}
+
+
+def _own_calls(statement: ast.stmt, names: dict[str, ast.FunctionDef]) -> list[ast.Call]:
+    """Calls of ``names`` in the statement's own expressions (not in its nested statements or
+    nested functions), in source order."""
+    calls = []
+    for field, value in ast.iter_fields(statement):
+        if field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, ast.AST):
+                continue
+            for node in ast.walk(item):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+                    calls.append(node)
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+
+
+MAX_REORDERED = 100  # a longer run of assignments is read in its own order
+
+
+def _dotted_name(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def _loads(node: ast.AST) -> set[str]:
+    """The names and dotted names ``node`` reads, each chain whole (``self.W_q``, not ``self``)."""
+    inner: set[int] = set()
+    names = set()
+    for n in ast.walk(node):  # breadth first: an attribute comes before the value it holds
+        if isinstance(n, ast.Attribute):
+            inner.add(id(n.value))
+        if isinstance(n, ast.Name | ast.Attribute) and isinstance(n.ctx, ast.Load) and id(n) not in inner:
+            if (name := _dotted_name(n)) is not None:
+                names.add(name)
+    return names
+
+
+def _effects(statement: ast.stmt) -> tuple[set[str], set[str]]:
+    """(what the assignment writes, what it reads), as names or dotted names (``self.W_q``)."""
+    targets = (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+    writes: set[str] = set()
+    reads = _loads(statement.value) if statement.value is not None else set()
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name | ast.Attribute) and not isinstance(node.ctx, ast.Load):
+                if (name := _dotted_name(node)) is not None:
+                    writes.add(name)
+            elif isinstance(node, ast.Subscript):  # x[i] = ... changes x, and reads i
+                if (name := _dotted_name(node.value)) is not None:
+                    writes.add(name)
+                reads |= _loads(node.slice)
+    if isinstance(statement, ast.AugAssign):
+        reads |= writes
+    return writes, reads
+
+
+def _overlap(a: set[str], b: set[str]) -> bool:
+    return any(x == y or x.startswith(y + ".") or y.startswith(x + ".") for x in a for y in b)
+
+
+def _conflict(first: tuple[set[str], set[str]], second: tuple[set[str], set[str]]) -> bool:
+    """Whether swapping two assignments could change what they do."""
+    (w1, r1), (w2, r2) = first, second
+    return _overlap(w1, r2) or _overlap(r1, w2) or _overlap(w1, w2)
+
+
+class _Emitter:
+    def __init__(self, local: set[str], attributes: set[str], aliases: dict[str, str],
+                 inline: dict[str, ast.FunctionDef]) -> None:
+        self.local, self.attributes, self.aliases, self.inline = local, attributes, aliases, inline
+        self.tokens: list[str] = []
+        self.lines: list[int] = []
+        self.line = 1
+        self.expanded: set[str] = set()  # helpers already read at a call
+        self.stands_for: dict[int, ast.expr] = {}  # id of a helper call -> its return value
+
+    def emit(self, token: str) -> None:
+        self.tokens.append(token)
+        self.lines.append(self.line)
+
+    def name(self, identifier: str) -> str:
+        if identifier in self.local:
+            return LOCAL
+        return self.aliases.get(identifier, identifier)
+
+    def attribute(self, name: str) -> str:
+        return LOCAL if name in self.attributes else name
+
+    def dotted(self, node: ast.expr) -> str | None:
+        """``a.b.c`` as one token when the chain ends in a name, else None."""
+        attributes = []
+        while isinstance(node, ast.Attribute):
+            attributes.append(self.attribute(node.attr))
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        return ".".join([self.name(node.id), *reversed(attributes)])
+
+    def body(self, statements: list[ast.stmt]) -> None:
+        definitions = []
+        run: list[ast.stmt] = []  # consecutive assignments, read in their canonical order
+        for statement in statements:
+            if _is_noise(statement):
+                continue
+            if isinstance(statement, ast.FunctionDef) and self.inline.get(statement.name) is statement:
+                continue  # read where it is called
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                definitions.append(self.captured(statement))
+            elif isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                run.append(statement)
+            else:
+                self.assignments(run)
+                run = []
+                self.statement(statement)
+        self.assignments(run)
+        # the order of definitions does not matter: read them last, in the order of their tokens
+        for tokens, lines in sorted(definitions):
+            self.tokens += tokens
+            self.lines += lines
+
+    def assignments(self, run: list[ast.stmt]) -> None:
+        """Consecutive assignments in a canonical order: each after every assignment it
+        depends on (or that depends on it) that came before it, and otherwise the one whose
+        tokens sort first; any order the learner could have written them in reads the same."""
+        read = [self.captured(statement) for statement in run]
+        if len(run) > MAX_REORDERED:
+            order = list(range(len(run)))
+        else:
+            effects = [_effects(statement) for statement in run]
+            waits = [0] * len(run)  # assignments before it that it must stay after
+            unblocks: list[list[int]] = [[] for _ in run]
+            for j in range(len(run)):
+                for i in range(j):
+                    if _conflict(effects[i], effects[j]):
+                        waits[j] += 1
+                        unblocks[i].append(j)
+            ready = [(read[j], j) for j in range(len(run)) if not waits[j]]
+            heapq.heapify(ready)
+            order = []
+            while ready:
+                _, first = heapq.heappop(ready)
+                order.append(first)
+                for j in unblocks[first]:
+                    waits[j] -= 1
+                    if not waits[j]:
+                        heapq.heappush(ready, (read[j], j))
+        for j in order:
+            self.tokens += read[j][0]
+            self.lines += read[j][1]
+
+    def statement(self, statement: ast.stmt) -> None:
+        if self.inline:
+            for call in _own_calls(statement, self.inline):
+                self.expand(call)
+        self.visit(statement)
+
+    def captured(self, statement: ast.stmt) -> tuple[list[str], list[int]]:
+        """The tokens and lines of ``statement``, read aside."""
+        outer = self.tokens, self.lines
+        self.tokens, self.lines = [], []
+        try:
+            self.statement(statement)
+            return self.tokens, self.lines
+        finally:
+            self.tokens, self.lines = outer
+
+    def expand(self, call: ast.Call) -> None:
+        """Read the helper called by ``call`` as if inlined before the calling statement."""
+        name = call.func.id  # type: ignore[attr-defined]
+        if name in self.expanded:
+            return
+        self.expanded.add(name)
+        helper = self.inline[name]
+        for arg in call.args:
+            if not isinstance(arg, ast.Name | ast.Constant):  # a parameter bound to an expression
+                outer = self.line
+                self.line = getattr(arg, "lineno", outer)
+                self.emit("Assign")
+                self.emit(LOCAL)
+                self.visit(arg)
+                self.line = outer
+        statements = [s for s in helper.body if not _is_noise(s)]
+        last = statements[-1] if statements else None
+        returns = [n for n in ast.walk(helper) if isinstance(n, ast.Return)]
+        if isinstance(last, ast.Return) and last.value is not None and returns == [last]:
+            self.body(statements[:-1])
+            self.stands_for[id(call)] = last.value
+        else:
+            self.body(statements)
+
+    def visit(self, node: ast.AST) -> None:
+        line = getattr(node, "lineno", None)
+        outer = self.line
+        if line is not None:
+            self.line = line
+        try:
+            self._visit(node)
+        finally:
+            self.line = outer
+
+    def _visit(self, node: ast.AST) -> None:  # one case per kind of node
+        kind = type(node).__name__
+        match node:
+            case ast.Name(id=identifier):
+                self.emit(self.name(identifier))
+            case ast.Attribute():
+                dotted = self.dotted(node)
+                if dotted is not None:
+                    self.emit(dotted)
+                else:
+                    self.emit("." + self.attribute(node.attr))
+                    self.visit(node.value)
+            case ast.Constant(value=value):
+                if isinstance(value, bool) or value is None or value is Ellipsis:
+                    self.emit(repr(value))
+                elif isinstance(value, str | bytes):
+                    self.emit("STR")
+                else:
+                    self.emit("NUM")
+            case ast.JoinedStr():
+                self.emit("STR")
+            case ast.BinOp(op=op):
+                self.emit(f"BinOp:{type(op).__name__}")
+                self.visit(node.left)
+                self.visit(node.right)
+            case ast.UnaryOp(op=op):
+                self.emit(f"UnaryOp:{type(op).__name__}")
+                self.visit(node.operand)
+            case ast.BoolOp(op=op):
+                self.emit(f"BoolOp:{type(op).__name__}")
+                for value in node.values:
+                    self.visit(value)
+            case ast.Compare():
+                self.emit("Compare:" + ",".join(type(op).__name__ for op in node.ops))
+                self.visit(node.left)
+                for value in node.comparators:
+                    self.visit(value)
+            case ast.AugAssign(op=op):  # x += y reads as x = x + y
+                self.emit("Assign")
+                self.visit(node.target)
+                self.emit(f"BinOp:{type(op).__name__}")
+                self.visit(node.target)
+                self.visit(node.value)
+            case ast.AnnAssign():
+                if node.value is not None:
+                    self.emit("Assign")
+                    self.visit(node.target)
+                    self.visit(node.value)
+            case ast.Call() if id(node) in self.stands_for:
+                self.visit(self.stands_for.pop(id(node)))
+            case ast.Call():
+                self.emit("Call")
+                self.visit(node.func)
+                for arg in node.args:
+                    self.visit(arg)
+                for keyword in sorted(node.keywords, key=lambda k: k.arg or ""):
+                    self.emit(f"kw:{keyword.arg}" if keyword.arg else "kw:**")
+                    self.visit(keyword.value)
+            case ast.FunctionDef() | ast.AsyncFunctionDef() | ast.Lambda():
+                self.emit(kind)
+                for decorator in getattr(node, "decorator_list", []):
+                    self.visit(decorator)
+                self.arguments(node.args)
+                if isinstance(node, ast.Lambda):
+                    self.visit(node.body)
+                else:
+                    self.body(node.body)
+            case ast.ClassDef():
+                self.emit(kind)
+                for decorator in node.decorator_list:
+                    self.visit(decorator)
+                for base in node.bases:
+                    self.visit(base)
+                self.body(node.body)
+            case ast.keyword():
+                self.emit(f"kw:{node.arg}" if node.arg else "kw:**")
+                self.visit(node.value)
+            case _:
+                self.emit(kind)
+                self.children(node)
+
+    def arguments(self, args: ast.arguments) -> None:
+        every = [*args.posonlyargs, *args.args, *([args.vararg] if args.vararg else []),
+                 *args.kwonlyargs, *([args.kwarg] if args.kwarg else [])]
+        for _ in every:
+            self.emit("arg")
+        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+            self.visit(default)
+
+    def children(self, node: ast.AST) -> None:
+        for name, value in ast.iter_fields(node):
+            if name in ("ctx", "type_comment", "annotation", "returns"):
+                continue
+            if isinstance(value, list):
+                if value and all(isinstance(v, ast.stmt) for v in value):
+                    self.body(value)
+                else:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            self.visit(item)
+            elif isinstance(value, ast.AST) and not isinstance(value, ast.expr_context):
+                self.visit(value)
+
+
+def normalise(tree: ast.Module, given_aliases: dict[str, str] | None = None,
+              also_local: set[str] = frozenset()) -> Tokens:
+    """``tree`` (a cell, see :func:`parse_cell`) as normalised tokens.
+
+    ``given_aliases`` are the imports the learner was given (the source's setup cell): the
+    cell may use them without importing them. The cell's own imports take precedence, and a
+    name the cell binds is always ``V``, as is every name in ``also_local``.
+    """
+    nodes = list(ast.walk(tree))
+    local = bound_names(nodes) | also_local
+    aliases = {**(given_aliases or {}), **import_aliases(nodes)}
+    emitter = _Emitter(local, own_attributes(nodes), {k: v for k, v in aliases.items() if k not in local},
+                       helpers(tree))
+    emitter.body(tree.body)
+    return Tokens(emitter.tokens, emitter.lines)

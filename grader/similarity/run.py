@@ -1,0 +1,203 @@
+"""One similarity run: find the submissions, fingerprint each exercise, score, write the report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.autograde.reports import printable, write_atomically, write_csv
+from grader.autograde.submissions import find_submissions
+from grader.similarity.exercises import (
+    Exercise,
+    NotCompared,
+    SourceAssignment,
+    cell_tokens,
+    open_notebook,
+    read_source,
+    submitted_cell,
+)
+from grader.similarity.html_report import render
+from grader.similarity.scoring import Pair, clusters, matching_lines, score_pairs
+from grader.similarity.winnowing import Fingerprints, fingerprint
+
+CSV_HEADER = ["assignment", "exercise", "student_a", "student_b", "score", "shared_lines"]
+ALL_EXERCISES = "(all)"  # the exercise column of a submission that could not be read at all
+
+
+class SourceProblem(ValueError):
+    """The source has nothing to compare against (the command's usage error)."""
+
+
+@dataclass
+class Entry:
+    """One submitted cell of one exercise, ready to compare."""
+
+    student: str
+    source: str  # the cell's text, for the report
+    prints: Fingerprints  # what was given removed
+
+
+@dataclass
+class Match:
+    pair: Pair
+    a: Entry
+    b: Entry
+    lines_a: dict[int, int]  # line of a's cell -> matching region number
+    lines_b: dict[int, int]
+
+    @property
+    def shared_lines(self) -> int:
+        return min(len(self.lines_a), len(self.lines_b))
+
+
+@dataclass
+class Group:
+    students: list[str]
+    best: float  # the highest score of a pair inside it
+
+
+@dataclass
+class ExerciseResult:
+    exercise: Exercise
+    entries: list[Entry]
+    matches: list[Match]  # every pair at or above the threshold, best first
+    clusters: list[Group]  # linked by reported pairs
+    common_answers: list[Group]  # submissions sharing a short answer that many wrote
+    compared: int  # pairs scored (they shared a fingerprint)
+    nothing_own: int  # submissions with no code of their own (the stub, or nothing new)
+    common: int  # fingerprints dropped as shared by too many submissions
+
+
+@dataclass
+class Skip:
+    assignment: str
+    exercise: str
+    student: str
+    why: str
+
+
+@dataclass
+class Report:
+    threshold: float
+    source: Path
+    results: list[ExerciseResult] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    submissions: int = 0
+    seconds: float = 0.0
+
+    @property
+    def pairs_compared(self) -> int:
+        return sum(r.compared for r in self.results)
+
+    @property
+    def matches(self) -> list[tuple[ExerciseResult, Match]]:
+        found = [(r, m) for r in self.results for m in r.matches]
+        return sorted(found, key=lambda rm: (-rm[1].pair.score, rm[0].exercise.assignment,
+                                             rm[0].exercise.label, rm[1].a.student, rm[1].b.student))
+
+    def line(self) -> str:
+        return (f"{self.submissions} submissions, {len(self.results)} exercises, "
+                f"{self.pairs_compared} pairs scored, {len(self.matches)} at or above "
+                f"{self.threshold:g}, {len(self.skipped)} not compared")
+
+
+def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, list[Entry]]:
+    """The entries of each exercise of ``assignment`` (by label); what cannot be compared
+    goes to ``report.skipped``."""
+    entries: dict[str, list[Entry]] = {e.label: [] for e in assignment.exercises}
+    seen: dict[tuple[str, object], Fingerprints] = {}
+    by_notebook: dict[str, list[Exercise]] = {}
+    for exercise in assignment.exercises:
+        by_notebook.setdefault(exercise.notebook, []).append(exercise)
+    for sub in subs:
+        student = sub.student
+        if sub.problem:
+            report.skipped.append(Skip(assignment.name, ALL_EXERCISES, student, sub.problem))
+            continue
+        for notebook, exercises in by_notebook.items():
+            path = sub.notebooks.get(notebook)
+            if path is None:
+                for exercise in exercises:
+                    report.skipped.append(Skip(assignment.name, exercise.label, student,
+                                               f"no notebook {notebook}.ipynb was handed in"))
+                continue
+            try:
+                nb = open_notebook(path)
+            except NotCompared as exc:
+                for exercise in exercises:
+                    report.skipped.append(Skip(assignment.name, exercise.label, student, str(exc)))
+                continue
+            for exercise in exercises:
+                try:
+                    cell = submitted_cell(nb, exercise.grade_id)
+                    source = cell.get("source", "")
+                    key = (exercise.label, source if isinstance(source, str) else id(cell))
+                    if key not in seen:  # the same cell (a stub, a copy) is read once
+                        seen[key] = fingerprint(cell_tokens(cell, exercise), exercise.given_hashes)
+                except NotCompared as exc:
+                    report.skipped.append(Skip(assignment.name, exercise.label, student, str(exc)))
+                    continue
+                entries[exercise.label].append(Entry(student, cell.source, seen[key]))
+    return entries
+
+
+def _score(exercise: Exercise, entries: list[Entry], threshold: float) -> ExerciseResult:
+    scored = score_pairs([e.prints.positions for e in entries], threshold)
+    matches = []
+    for pair in scored.pairs:
+        a, b = entries[pair.a], entries[pair.b]
+        lines_a, lines_b = matching_lines(a.prints, b.prints, scored.counted)
+        matches.append(Match(pair, a, b, lines_a, lines_b))
+    def groups(pairs: list[Pair]) -> list[Group]:
+        found = []
+        for members in clusters(len(entries), pairs):
+            inside = set(members)
+            best = max(p.score for p in pairs if p.a in inside)
+            found.append(Group([entries[i].student for i in members], best))
+        return found
+
+    nothing_own = sum(1 for e in entries if not any(f in scored.counted for f in e.prints.positions))
+    return ExerciseResult(exercise, entries, matches, groups(scored.pairs), groups(scored.common_answers),
+                          scored.compared, nothing_own, scored.common)
+
+
+def compare(submitted: Path, source: Path, threshold: float) -> Report:
+    """Every pair of submissions of every exercise, scored; nothing written."""
+    start = time.monotonic()
+    assignments = read_source(source)
+    if not any(a.exercises for a in assignments.values()):
+        problems = [p for a in assignments.values() for p in a.problems]
+        raise SourceProblem(f"the source {source} has no notebook with a solution cell"
+                            + (f" ({'; '.join(problems)})" if problems else ""))
+    subs = find_submissions(submitted, {name: a.notebooks for name, a in assignments.items()})
+    report = Report(threshold, source, submissions=len(subs))
+    for name, assignment in assignments.items():
+        mine = [s for s in subs if s.assignment == name]
+        if not mine:
+            continue
+        for problem in assignment.problems:
+            report.skipped.append(Skip(name, ALL_EXERCISES, "(source)", problem))
+        entries = _collect(assignment, mine, report)
+        for exercise in assignment.exercises:
+            report.results.append(_score(exercise, entries[exercise.label], threshold))
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def write_report(report: Report, out: Path) -> tuple[Path, Path]:
+    """REPORT/similarity.csv (one row per pair at or above the threshold, best first) and
+    REPORT/similarity.html; both are replaced whole, never half-written."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [[r.exercise.assignment, r.exercise.label, m.a.student, m.b.student, round(m.pair.score, 4),
+             m.shared_lines] for r, m in report.matches]
+    csv_path, html_path = out / "similarity.csv", out / "similarity.html"
+    write_csv(csv_path, CSV_HEADER, rows)
+    write_atomically(html_path, printable(render(report)))
+    return csv_path, html_path
+
+
+def similarity_report(submitted: Path, out: Path, source: Path, threshold: float) -> Report:
+    report = compare(submitted, source, threshold)
+    write_report(report, out)
+    return report
