@@ -23,7 +23,6 @@ On the ``doctree-read`` event, right after myst-nb has executed a page and writt
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 from docutils import nodes
 from figure_cells import figure_problems
+from myst_nb.core.variables import format_plain_text
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
@@ -71,16 +71,17 @@ def _executed(app: Sphinx, docname: str, suffix: str) -> Path:
 
 
 def glued_text(glue: dict[str, Any], spec: str) -> str | None:
-    """``key[:format]`` of a glue role as text, from myst-nb's glue data; None if unknown."""
-    key, _, fmt = spec.partition(":")
+    """``key[:format]`` of a glue role as text, formatted as myst-nb formats ``{glue:text}``.
+
+    None if the page glued nothing under ``key``.
+    """
+    key, _, fmt = spec.rpartition(":") if ":" in spec else (spec, "", "")
     if key not in glue:
         return None
-    text = glue[key].get("data", {}).get("text/plain", "")
     try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        value = text
-    return format(value, fmt) if fmt else str(value)
+        return format_plain_text(glue[key].get("data", {}).get("text/plain", ""), fmt)
+    except (TypeError, ValueError):  # a value the format spec cannot read
+        return None
 
 
 def check_executed_page(app: Sphinx, doctree: nodes.document) -> None:
@@ -102,7 +103,7 @@ def check_executed_page(app: Sphinx, doctree: nodes.document) -> None:
     for image in images:
         specs = [match.group(1) for match in GLUE_ROLE.finditer(image["alt"])]
         for spec in (spec for spec in specs if glued_text(glue, spec) is None):
-            logger.warning(f"alt text: no glued value {spec!r}", location=image)
+            logger.warning(f"alt text: no glued value {spec!r}, or not one its format reads", location=image)
         image["alt"] = GLUE_ROLE.sub(lambda m: glued_text(glue, m.group(1)) or m.group(0), image["alt"])
 
 
