@@ -141,7 +141,7 @@ def test_the_checker_finds_a_broken_pointer(tmp_path):
     (The planted names are assembled here, so that this file itself names none of them.)
     """
     missing_document, missing_script = "DESIGN_NOT_HERE" + ".md", "benchmarks/" + "_gone.py"
-    missing_module = "grader.autograde." + "scoring"
+    missing_module = "grader.autograde." + "no_such_module"
     page = tmp_path / "page.md"
     page.write_text(f"See {missing_document}, {missing_script} and ``{missing_module}``; "
                     "ARCHITECTURE.md and grader.cli.main exist, as does "

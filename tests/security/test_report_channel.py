@@ -31,7 +31,8 @@ def _entry(dtype="<f8", shape=(2,), data=bytes(16)):
     _entry(shape=(100_000, 100_000), data=bytes(16)),  # a huge declared shape over 16 bytes
     _entry(shape=(3,)),  # declared 24 bytes, 16 there
     _entry(dtype="|O"),  # objects (pickle) are never rebuilt
-    _entry(dtype="<i8"),  # only float64 and bool are expected
+    _entry(dtype="<c16"),  # only float64/32/16, int64 and bool are expected
+    _entry(dtype=">f8"),  # big-endian: the child always writes little-endian
     _entry(shape=(-2,)),
     _entry(shape=(True,)),
     {"dtype": "<f8", "shape": [2], "data": "!!not base64!!"},
