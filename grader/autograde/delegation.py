@@ -48,11 +48,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "softmax_jacobian": _JACOBIAN,
     "MultiHeadAttention": _MULTI_HEAD + _LAYERS,
     "causal_mask": ("torch.nn.Transformer.generate_square_subsequent_mask",),
-    "EncoderLayer": _MULTI_HEAD[:2] + _LAYERS,
-    "DecoderLayer": _MULTI_HEAD[:2] + _LAYERS,
+    "EncoderLayer": _MULTI_HEAD[:2] + _LAYERS + ("attention_learner.blocks.GivenEncoderLayer",),
+    "DecoderLayer": _MULTI_HEAD[:2] + _LAYERS + ("attention_learner.blocks.GivenDecoderLayer",),
     "online_softmax_attention": _ATTENTION + _MULTI_HEAD + _LAYERS,
     # the cache is the exercise: attention itself (F.scaled_dot_product_attention) is a piece
     "CachedSelfAttention": _MULTI_HEAD + _LAYERS,
+    "positional_encoding": ("attention_learner.blocks.given_positional_encoding",),
+    # chapter 8 assembles the given layers (or the learner's own): torch's assembly is the answer
+    "translation_loss": ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss",
+                         "torch.nn.functional.nll_loss", "torch.nn.NLLLoss"),
+    "TinyTranslator": _LAYERS,
+    "greedy_decode_cached": _LAYERS,
 }
 
 # Names whose use hides what a cell reaches from a static reader.

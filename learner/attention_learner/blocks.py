@@ -7,15 +7,29 @@ steps: the work is done by ``torch.nn.functional.scaled_dot_product_attention`` 
 ``torch.nn.functional.multi_head_attention_forward``. The adapters only translate the
 course's conventions (masks are bool with True = may attend; a query that may see no key
 gets all-zero weights and a zero attention output, never NaN).
+
+Chapter 8 assembles a whole Transformer and is given the pieces of chapters 5 and 6:
+``GivenEncoderLayer`` and ``GivenDecoderLayer`` (post-norm, with the submodule names of
+chapter 5's contract, so that a learner's own layers can take their place) compose
+``GivenMultiHeadAttention`` with torch's ``nn.LayerNorm`` and ``nn.Linear``, and
+``given_positional_encoding`` is the sinusoidal encoding of chapter 6. Each is listed in the
+grader's delegation rules for the exercise it answers, so it earns nothing there.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GivenMultiHeadAttention", "given_attention"]
+__all__ = [
+    "GivenDecoderLayer",
+    "GivenEncoderLayer",
+    "GivenMultiHeadAttention",
+    "given_attention",
+    "given_positional_encoding",
+]
 
 
 def given_attention(
@@ -123,3 +137,76 @@ class GivenMultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_head={self.d_model // self.num_heads}"
 
+
+# ---------------------------------------------------------------- chapter 8's given layers
+
+
+def _feed_forward(d_model: int, d_ff: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+
+
+class GivenEncoderLayer(nn.Module):
+    """Chapter 5's encoder layer: ``self_attn`` (GivenMultiHeadAttention), ``ff``
+    (Linear(d_model, d_ff), ReLU, Linear(d_ff, d_model)), ``norm1``, ``norm2``.
+
+    forward(x (B, n, d_model), pad_mask (B, n) bool, True = real token) -> (B, n, d_model),
+    post-norm: x = norm1(x + self_attn(x, x, x)); x = norm2(x + ff(x)); padded keys hidden.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.self_attn = GivenMultiHeadAttention(d_model, num_heads)
+        self.ff = _feed_forward(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+
+    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        keys = None if pad_mask is None else pad_mask[:, None, None, :]  # (B, 1, 1, n)
+        x = self.norm1(x + self.self_attn(x, x, x, keys)[0])  # (B, n, d_model)
+        return self.norm2(x + self.ff(x))  # (B, n, d_model)
+
+
+class GivenDecoderLayer(nn.Module):
+    """Chapter 5's decoder layer: ``self_attn``, ``cross_attn`` (GivenMultiHeadAttention),
+    ``ff``, ``norm1``, ``norm2``, ``norm3``.
+
+    forward(y (B, n_tgt, d_model), memory (B, n_src, d_model), tgt_pad_mask (B, n_tgt),
+    memory_pad_mask (B, n_src)) -> (y (B, n_tgt, d_model), cross_weights (B, h, n_tgt, n_src)),
+    post-norm; the causal mask is built inside (target position i sees positions j <= i).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.self_attn = GivenMultiHeadAttention(d_model, num_heads)
+        self.cross_attn = GivenMultiHeadAttention(d_model, num_heads)
+        self.ff = _feed_forward(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_pad_mask: torch.Tensor | None = None,
+        memory_pad_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = y.shape[1]
+        own = torch.ones(n, n, dtype=torch.bool, device=y.device).tril()  # (n, n)
+        if tgt_pad_mask is not None:
+            own = own & tgt_pad_mask[:, None, None, :]  # (B, 1, n, n)
+        y = self.norm1(y + self.self_attn(y, y, y, own)[0])  # (B, n_tgt, d_model)
+        source = None if memory_pad_mask is None else memory_pad_mask[:, None, None, :]  # (B, 1, 1, n_src)
+        attended, cross_weights = self.cross_attn(y, memory, memory, source)
+        y = self.norm2(y + attended)  # (B, n_tgt, d_model)
+        return self.norm3(y + self.ff(y)), cross_weights  # (B, n_tgt, d_model), (B, h, n_tgt, n_src)
+
+
+def given_positional_encoding(n: int, d_model: int) -> np.ndarray:
+    """Chapter 6's sinusoidal encoding, float64 (n, d_model): column 2i is sin(p w_i), column
+    2i + 1 is cos(p w_i), w_i = 10000^(-2i / d_model), for positions p = 0 .. n - 1."""
+    angles = np.arange(n)[:, None] * np.exp(-np.log(10000.0) * np.arange(0, d_model, 2) / d_model)
+    encoding = np.zeros((n, d_model))
+    encoding[:, 0::2] = np.sin(angles)  # (n, ceil(d_model / 2))
+    encoding[:, 1::2] = np.cos(angles[:, : d_model // 2])  # (n, floor(d_model / 2))
+    return encoding
