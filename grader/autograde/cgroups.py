@@ -202,7 +202,8 @@ class Cgroups:
             _write(self.runs[0] / "cgroup.subtree_control", "+memory +pids")
 
     def job(self, job_id: str, memory_bytes: int, tasks: int) -> tuple[str, ...]:
-        """Make the job's cgroups with their limits; the ``cgroup.procs`` files it must join."""
+        """Make the job's cgroups with their limits; the files its first process writes "0"
+        into to join them (:func:`join`)."""
         if not _JOB_NAME.match(job_id):
             raise ValueError(f"not a job id: {job_id!r}")
         folders = [run / job_id for run in self.runs]
@@ -214,7 +215,10 @@ class Cgroups:
             for name, value in self._limits(memory_bytes, tasks):
                 if (folder / name).exists():
                     _write(folder / name, value)
-        return tuple(str(folder / "cgroup.procs") for folder in folders)
+        # v1: the calling thread through ``tasks`` (the job's first process has one thread), which
+        # the kernel moves without its global threadgroup lock: ``cgroup.procs`` waits for an
+        # RCU grace period (about 14 ms here, on every job's start)
+        return tuple(str(folder / ("tasks" if self.kind == "v1" else "cgroup.procs")) for folder in folders)
 
     def _limits(self, memory_bytes: int, tasks: int) -> list[tuple[str, str]]:
         if self.kind == "v1":  # the memory limit first: memsw may never be below it
@@ -250,10 +254,10 @@ class Cgroups:
         self.pending = []
 
 
-def join(procs_files: Iterable[str]) -> None:
-    """Move the calling process into each cgroup (its children are born there)."""
-    for procs in procs_files:
-        _write(Path(procs), str(os.getpid()))
+def join(files: Iterable[str]) -> None:
+    """Move the calling single-threaded process into each cgroup (its children are born there)."""
+    for name in files:
+        _write(Path(name), "0")
 
 
 def _candidates(mountinfo: str | None, proc_cgroup: str | None) -> list[Cgroups]:

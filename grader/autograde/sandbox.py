@@ -223,7 +223,7 @@ def _first_child(job: ChildJob, isolation: Isolation, view: confine.View | None,
         # the learner's code undoes that: weak isolation); its group is killed at the end
         if not confine.die_with_parent(signal.SIGKILL, server):
             return
-        os.write(4, str(os.getpid()).encode())
+        os.write(4, f"{os.getpid()}\n".encode())
         os.close(4)
         _job_main(job, cells, isolation, None)
     except BaseException:  # noqa: BLE001
@@ -242,8 +242,10 @@ def _keeper(job: ChildJob, cells: list, view: confine.View | None, server: int,
     This process runs no learner code and stays outside the job's PID namespace, where no
     process of the job can name it. When the server dies (however: a SIGKILL of the whole
     grading process group included) its parent-death signal makes it kill PID 1 and go; at
-    the time limit plus KEEPER_GRACE it kills PID 1 itself. It then ends as PID 1 ended (the
-    same exit code, or the same signal), which is what the server reads from ``waitpid``.
+    the time limit plus KEEPER_GRACE it kills PID 1 itself. Descriptor 4, a pipe only this
+    process holds, tells the server PID 1's pid, then the status ``waitpid`` gave for it (the
+    server need not wait for this process's own exit, which unmaps a copy of the preloaded
+    interpreter); it then ends as PID 1 ended (the same exit code, or the same signal).
     """
     leader = 0
 
@@ -268,14 +270,19 @@ def _keeper(job: ChildJob, cells: list, view: confine.View | None, server: int,
         _job_main(job, cells, Isolation.NAMESPACES, view, counted=bool(cgroup_procs))
     leader = pid
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    os.write(4, str(pid).encode())
-    os.close(4)
+    os.write(4, f"{pid}\n".encode())
     pidfd = os.pidfd_open(pid)
     end = time.monotonic() + job.limits.timeout + KEEPER_GRACE
     while not select.select([pidfd], [], [], None if end is None else max(0.0, end - time.monotonic()))[0]:
         os.kill(pid, signal.SIGKILL)
         end = None
+    # PID 1 has ended or is dying: once reaped its pid may be reused, so no handler may kill it
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     _, status = os.waitpid(pid, 0)
+    try:
+        os.write(4, f"{status}\n".encode())
+    except OSError:  # the server has gone
+        pass
     _end_as(status)
 
 
@@ -304,7 +311,14 @@ class _Child:
     deadline: float
     isolation: Isolation
     cgroup: str = ""  # the job's cgroup folder name ("" without one)
+    status_fd: int = -1  # the keeper's pipe, until it has said how PID 1 ended
+    reported: bool = False  # its "exited" event has been emitted
     timed_out: bool = False
+
+    def event(self, status: int) -> dict:
+        self.reported = True
+        return {"event": "exited", "id": self.id, "code": os.waitstatus_to_exitcode(status),
+                "timed_out": self.timed_out or time.monotonic() >= self.deadline}
 
 
 class _Server:
@@ -314,6 +328,7 @@ class _Server:
                  cgroups: cgroup_tree.Cgroups | None) -> None:
         self.config, self.view, self.cgroups = config, view, cgroups
         self.children: dict[int, _Child] = {}  # pidfd of Child.pid -> child
+        self.pipes: dict[int, _Child] = {}  # Child.status_fd -> child
         self._numbers = iter(range(1, 1 << 62))
 
     def start(self, job: ChildJob) -> _Child | None:
@@ -340,11 +355,12 @@ class _Server:
         for fd in (write_end, report, log):
             os.close(fd)
         data = b""
-        while chunk := os.read(read_end, 64):
+        while b"\n" not in data and (chunk := os.read(read_end, 64)):
             data += chunk
-        os.close(read_end)
-        leader = int(data) if data.isdigit() else 0
+        line = data.split(b"\n", 1)[0]
+        leader = int(line) if line.isdigit() else 0
         if not leader:
+            os.close(read_end)
             os.waitpid(first, 0)
             if name:
                 self.cgroups.remove_job(name)
@@ -352,17 +368,36 @@ class _Server:
         child = _Child(job.id, first, leader, -1, started + job.limits.timeout, self.config.isolation, name)
         if child.isolation is Isolation.NAMESPACES:
             child.leader_fd = os.pidfd_open(leader)
+            child.status_fd = read_end
+            self.pipes[read_end] = child
+        else:
+            os.close(read_end)
         self.children[os.pidfd_open(first)] = child
         return child
 
-    def finish(self, pidfd: int) -> dict:
-        """The job's ``exited`` event, once nothing of it is left."""
+    def status(self, fd: int) -> dict | None:
+        """What the keeper says on its pipe: PID 1's end (an ``exited`` event), or nothing."""
+        child = self.pipes.pop(fd)
+        data = os.read(fd, 64)
+        os.close(fd)
+        child.status_fd = -1
+        line = data.split(b"\n", 1)[0].lstrip(b"-")
+        if not data.endswith(b"\n") or not line.isdigit() or child.reported:
+            return None  # the keeper died first: its own end is the job's (finish)
+        return child.event(int(data.split(b"\n", 1)[0]))
+
+    def finish(self, pidfd: int) -> dict | None:
+        """The keeper has ended: remove what is left of the job; its ``exited`` event unless
+        the keeper's pipe gave it already."""
         child = self.children.pop(pidfd)
         _, status = os.waitpid(child.pid, 0)
         os.close(pidfd)
+        if child.status_fd >= 0:
+            self.pipes.pop(child.status_fd, None)
+            os.close(child.status_fd)
+            child.status_fd = -1
         self.take_down(child)
-        return {"event": "exited", "id": child.id, "code": os.waitstatus_to_exitcode(status),
-                "timed_out": child.timed_out or time.monotonic() >= child.deadline}
+        return None if child.reported else child.event(status)
 
     def take_down(self, child: _Child) -> None:
         """Kill whatever is left of a job whose keeper has ended, and remove its cgroups."""
@@ -419,7 +454,7 @@ def _probe(server: _Server, work: Path) -> str:
         return (folder / "log").read_text(errors="replace")[-2000:] or "the probe did not start"
     pidfd = next(fd for fd, c in server.children.items() if c is child)
     select.select([pidfd], [], [], 60)
-    code = server.finish(pidfd)["code"]
+    code = server.finish(pidfd)["code"]  # the keeper's own end: its pipe was not read
     if code != 0:
         return (folder / "log").read_text(errors="replace")[-2000:] or f"exit {code}"
     return ""
@@ -474,12 +509,13 @@ def _serve_jobs(server: _Server) -> None:
     children = server.children
     while True:
         now = time.monotonic()
-        wait = min((c.deadline for c in children.values() if not c.timed_out), default=None)
-        ready, _, _ = select.select([stdin, *children], [], [],
+        running = [c for c in children.values() if not c.timed_out and not c.reported]
+        wait = min((c.deadline for c in running), default=None)
+        ready, _, _ = select.select([stdin, *children, *server.pipes], [], [],
                                     None if wait is None else max(0.0, wait - now))
         now = time.monotonic()
-        for child in children.values():
-            if not child.timed_out and now >= child.deadline:
+        for child in running:
+            if now >= child.deadline:
                 child.timed_out = True
                 server.kill(child)
         for fd in ready:
@@ -495,8 +531,12 @@ def _serve_jobs(server: _Server) -> None:
                         _emit({"event": "exited", "id": job.id, "code": 72, "timed_out": False})
                         continue
                     _emit({"event": "started", "id": job.id})
-            else:
-                _emit(server.finish(fd))
+            elif fd in server.pipes:
+                if event := server.status(fd):
+                    _emit(event)
+            elif fd in children:
+                if event := server.finish(fd):
+                    _emit(event)
         server.reap_orphans()
         if server.cgroups is not None and server.cgroups.pending:
             server.cgroups.retry_pending()

@@ -8,9 +8,11 @@ gets cgroup v1 ``memory`` and ``pids`` folders of its own; as uid 65534 no cgrou
 limits are what these tests prove there, and ``cgroup`` says which case ran. A root run with
 cgroups switched off (``ServerConfig.cgroups``) proves the fallback as root too.
 
-- memory is capped per job, not per process: memfds written (never mapped), four processes
-  of 96 MB each, and thousands of files on a tmpfs, all against a 256 MB job;
-- tasks are capped per job: 40 threads against a limit of 16;
+- memory is capped per job, not per process: 512 MB of memfds written (never mapped), 438 MB
+  queued in socket buffers by two processes, four processes of 96 MB and one of 160 MB, all
+  against a 256 MB job (without a cgroup: memfds and sockets refused, 128 MB per process),
+  and 20,000 files on a tmpfs;
+- tasks are capped per job: 40 threads against the default limit of 16;
 - no job outlives its grader: ``python -m grader autograde`` on a notebook that clears its
   own parent-death signal, ignores SIGTERM, starts a setsid'd ``sleep`` and a double-forked
   loop and then sleeps forever is SIGKILLed with its whole process group; within a few
