@@ -431,7 +431,7 @@ def test_no_job_outlives_its_grader(identity, work_folder):
             for name in [base, *(os.path.join(base, n) for n in dirs + files)]:
                 os.chown(name, NOBODY, NOBODY)
     job: set[tuple[int, str]] = set()  # (pid, start time) of the grader and all it started
-    grader = subprocess.Popen(
+    grading_run = subprocess.Popen(
         [*_setpriv(identity), sys.executable, "-m", "grader", "autograde", str(tmp_path / "submitted"),
          "--out", str(tmp_path / "out"), "--source", str(tmp_path / "source"), "--timeout", "600",
          "--workers", "1", "--quiet"],
@@ -441,20 +441,20 @@ def test_no_job_outlives_its_grader(identity, work_folder):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             table = _processes()
-            if grader.pid not in table:
+            if grading_run.pid not in table:
                 pytest.fail("the grader ended before the job ran")
-            job = _descendants(table, grader.pid)
+            job = _descendants(table, grading_run.pid)
             if any(MARKER in _cmdline(pid) for pid, _ in job):
                 break
             time.sleep(0.2)
         else:
             pytest.fail("the immortal job never started")
         time.sleep(1)  # its double fork done
-        job |= _descendants(_processes(), grader.pid)
+        job |= _descendants(_processes(), grading_run.pid)
         server_pids = [pid for pid, _ in job if "grader.autograde.sandbox" in _cmdline(pid)
-                       and _processes().get(pid, ("", "", ""))[0] == str(grader.pid)]
-        os.killpg(grader.pid, signal.SIGKILL)
-        grader.wait(timeout=10)
+                       and _processes().get(pid, ("", "", ""))[0] == str(grading_run.pid)]
+        os.killpg(grading_run.pid, signal.SIGKILL)
+        grading_run.wait(timeout=10)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             table = _processes()
@@ -466,9 +466,9 @@ def test_no_job_outlives_its_grader(identity, work_folder):
         else:
             pytest.fail(f"left running: {[(pid, _cmdline(pid)) for pid in left]}")
     finally:  # whatever happened, nothing of this test is left behind
-        if grader.poll() is None:
-            os.killpg(grader.pid, signal.SIGKILL)
-            grader.wait()
+        if grading_run.poll() is None:
+            os.killpg(grading_run.pid, signal.SIGKILL)
+            grading_run.wait()
         table = _processes()
         for pid in table:
             if MARKER in _cmdline(pid) or (pid, table[pid][1]) in job:

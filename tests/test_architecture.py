@@ -1,0 +1,39 @@
+"""ARCHITECTURE.md is a true map: its module map names every module of the three packages
+(``grader``, ``attention_learner``, ``book_figures``) and nothing that does not exist."""
+
+from __future__ import annotations
+
+import re
+
+from grader.paths import ROOT
+
+PACKAGES = ("grader", "learner/attention_learner", "book_figures")
+
+
+def modules_in_the_tree() -> set[str]:
+    return {
+        path.relative_to(ROOT).as_posix()
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if path.name != "__init__.py" and "__pycache__" not in path.parts
+    }
+
+
+def modules_in_the_map() -> set[str]:
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = text.split("## Module map", 1)[1]
+    return set(re.findall(r"^- `([\w/]+\.py)`:", section, flags=re.M))
+
+
+def test_the_module_map_names_every_module_and_only_those():
+    tree, mapped = modules_in_the_tree(), modules_in_the_map()
+    assert not tree - mapped, f"modules missing from ARCHITECTURE.md's module map: {sorted(tree - mapped)}"
+    assert not mapped - tree, f"ARCHITECTURE.md maps modules that do not exist: {sorted(mapped - tree)}"
+
+
+def test_the_map_reads_a_planted_module():
+    """The parser sees an entry in the map's format, so the comparison above can fail."""
+    planted = "grader/" + "planted.py"  # built, so that no checker takes it for a pointer
+    sample = f"## Module map\n\n- `{planted}`: a module.\n"
+    assert re.findall(r"^- `([\w/]+\.py)`:", sample.split("## Module map", 1)[1], flags=re.M) == [
+        planted]
