@@ -1,7 +1,7 @@
 """What confinement costs per job: the same tiny job, confined and not, in one run.
 
 Starts two fork servers (``Isolation.NAMESPACES``, what grading uses, and
-``Isolation.NONE``, limits only, what the learner's self-check uses), runs N jobs of one
+``Isolation.NONE``, limits only, what ``python -m grader check --unconfined`` uses), runs N jobs of one
 small cell on each, one at a time, and prints the median wall time per job and the
 difference: the price of the namespaces, the minimal root and the dropped privileges.
 
