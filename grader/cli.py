@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "no confinement (see SECURITY.md)")
 
     grade = commands.add_parser("autograde", help="grade a folder of submissions")
-    grade.add_argument("submitted", type=Path, help="SUBMITTED/<student>/<assignment>/*.ipynb")
+    grade.add_argument("submitted", type=Path, nargs="?", default=None,
+                       help="SUBMITTED/<student>/<assignment>/*.ipynb (or --watch INBOUND)")
     grade.add_argument("--out", type=Path, required=True, help="where results go")
     grade.add_argument("--workers", type=_positive(int), default=None,
                        help="notebooks run at once (default: the CPU count; with --scheduler, "
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="grade on a Dask cluster: tcp://host:8786 or tls://... (workers started "
                             "with --preload grader.autograde.distributed), or local:N for a "
                             "LocalCluster of N worker processes; needs the 'cluster' extra")
+    from grader.course_cli import add_course_commands, add_course_options  # argparse only
+
+    add_course_options(grade)
+    add_course_commands(commands)
 
     from grader.similarity import DEFAULT_THRESHOLD  # a constant: no numpy imported here
 
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     decline_iri_checker()
     args = build_parser().parse_args(argv)
     command = {"release": _release, "check": _check, "autograde": _autograde,
-               "similarity": _similarity}[args.command]
+               "similarity": _similarity}.get(args.command) or args.course_command  # export, formgrader
     try:
         return command(args)
     except UsageError as exc:
@@ -125,10 +130,17 @@ def _check(args: argparse.Namespace) -> int:
 
 def _autograde(args: argparse.Namespace) -> int:
     from grader.autograde.sandbox import IsolationUnavailable, choose_isolation
+    from grader.course_cli import course_grade_options
 
-    for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
+    if (args.submitted is None) == (args.watch is None):
+        raise UsageError("give a SUBMITTED folder, or --watch INBOUND (not both)")
+    for folder, what in ((args.submitted or args.watch, "submitted folder"), (args.source, "source")):
         if not folder.is_dir():
             raise UsageError(f"the {what} {folder} is not a directory")
+    try:
+        course = course_grade_options(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     start = time.monotonic()
     try:
         isolation = choose_isolation(args.accept_weak_isolation)
@@ -141,14 +153,23 @@ def _autograde(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
         raise
     # imported after the server has started: its own imports overlap with these
+    from grader.autograde.gradebook import GradebookUnavailable
     from grader.autograde.pipeline import GradeOptions, SourceError, autograde
     from grader.nbgrader_course import NbgraderError
 
     options = GradeOptions(db_url=args.db, workers=workers or os.cpu_count() or 1,
-                           timeout=args.timeout, progress=not args.quiet)  # fmt: skip
+                           timeout=args.timeout, progress=not args.quiet and not args.watch,
+                           **course)  # fmt: skip
     try:
+        if args.watch:
+            from grader.watch import watch
+
+            return watch(args.watch, args.out, args.source, options=options, server=server, work=work,
+                         exchange=args.exchange, max_per_hour=args.max_per_hour)  # fmt: skip
         summary = autograde(args.submitted, args.out, args.source, options=options,
                             server=server, work=work)  # fmt: skip
+    except GradebookUnavailable as exc:  # one line: which database, and what to fix
+        raise UsageError(str(exc)) from None
     except IsolationUnavailable as exc:
         raise UsageError(f"the grading sandbox cannot start here: {exc}\n"
                          "rerun with --accept-weak-isolation to grade without confinement") from exc
@@ -197,18 +218,29 @@ def _start_executor(
     """
     from grader.autograde.sandbox import ForkServer, grading_config
 
-    secrets = [args.submitted, args.out, args.source, work]
+    secrets = [args.submitted or args.watch, args.out, args.source, work]
+    if args.watch:  # the whole exchange: other students' submissions, everyone's feedback
+        secrets.append(args.exchange or args.watch.parent)
     if args.db and args.db.startswith("sqlite:///"):
         secrets.append(Path(args.db[len("sqlite:///") :]))
     config = grading_config(isolation, secrets)
     if not args.scheduler:
-        return ForkServer(config), args.workers
+        # the server builds each job's root under its umask: with the instructor's 077 the job's
+        # identity could not enter its own home; OUT's files still follow the instructor's umask
+        previous = os.umask(0o022)
+        try:
+            return ForkServer(config), args.workers
+        finally:
+            os.umask(previous)
     try:  # the same pipeline; the jobs run on the cluster's workers
         from grader.autograde.distributed import DaskExecutor
 
         server = DaskExecutor(args.scheduler, config)
     except (ImportError, OSError, ValueError) as exc:
-        raise UsageError(f"cannot use the Dask scheduler {args.scheduler}: {exc}") from exc
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        hint = ("install the 'cluster' extra: pip install -e '.[cluster]'" if isinstance(exc, ImportError)
+                else "is a Dask scheduler running at that address (dask scheduler), and reachable?")
+        raise UsageError(f"cannot use the Dask scheduler {args.scheduler}: {reason}; {hint}") from None
     # one notebook per worker thread: none waits in a worker's own queue, where a poison
     # notebook that kills the worker would take it down with it
     return server, args.workers or server.slots()

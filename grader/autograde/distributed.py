@@ -303,9 +303,13 @@ class DaskExecutor(Executor):
     :meth:`close`), or a ``distributed.Client`` the caller owns. ``config`` is the client's
     server configuration: its isolation is what every worker must provide, and its hidden
     folders are hidden on every worker too.
+
+    A ``local:N`` cluster starts no dashboard unless ``dashboard`` names an address for one
+    (``"127.0.0.1:8787"``): its scheduler's HTTP server (health and metrics only) listens on
+    a free loopback port, so a second run never meets "Port 8787 is already in use".
     """
 
-    def __init__(self, address: Any, config: ServerConfig) -> None:
+    def __init__(self, address: Any, config: ServerConfig, dashboard: str | None = None) -> None:
         import dask
         import distributed
 
@@ -318,10 +322,12 @@ class DaskExecutor(Executor):
             workers = int(address.split(":", 1)[1])
             if workers <= 0:
                 raise ValueError(f"local:N needs N > 0, got {address!r}")
+            http = {"dashboard": True, "dashboard_address": dashboard} if dashboard else {
+                "dashboard": False, "dashboard_address": "127.0.0.1:0"}
             with dask.config.set(cluster_settings()):
                 self._cluster = distributed.LocalCluster(
                     n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                    host="127.0.0.1", preload=["grader.autograde.distributed"])
+                    host="127.0.0.1", preload=["grader.autograde.distributed"], scheduler_kwargs=http)
             self.client = distributed.Client(self._cluster)
         else:
             self.client = distributed.Client(address)

@@ -14,9 +14,46 @@ from typing import Any
 
 import sqlalchemy
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import OverwriteCells, SaveAutoGrades, overwritecells, saveautogrades
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    OverwriteCells,
+    SaveAutoGrades,
+    latesubmissions,
+    overwritecells,
+    saveautogrades,
+)
 
 from grader.autograde.lend import lend
+
+_HINTS = [  # (words in the driver's message, what to fix)
+    (("no password supplied", "password authentication failed"),
+     "give the password in a libpq password file (PGPASSFILE or ~/.pgpass) or in the URL"),
+    (("does not exist",), "create the database first (createdb NAME) or fix its name in the URL"),
+    (("connection refused", "could not connect", "timeout expired", "could not translate host"),
+     "is the database server running, and reachable at the URL's host and port?"),
+    (("unable to open database file",), "the folder of the SQLite file must exist and be writable"),
+    (("no module named", "can't load plugin"),
+     "the URL's driver is not installed: for PostgreSQL use postgresql+psycopg://"),
+    (("could not parse", "invalid"), "a URL looks like sqlite:////abs/path.db or "
+                                     "postgresql+psycopg://user@host:5432/dbname"),
+]
+
+
+class GradebookUnavailable(RuntimeError):
+    """The gradebook's database cannot be opened; the message is one line saying what to fix."""
+
+
+def unavailable_message(db_url: str, exc: BaseException) -> str:
+    """One line: which gradebook (password hidden), the driver's first line, and a hint."""
+    try:
+        shown = sqlalchemy.engine.make_url(db_url).render_as_string(hide_password=True)
+    except Exception:
+        shown = "(an unreadable URL)"
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = reason[0] if reason else type(exc).__name__
+    hint = next((fix for words, fix in _HINTS if any(w in first.lower() for w in words)),
+                "check the --db URL")
+    return f"cannot open the gradebook {shown}: {first}; {hint}"
 
 
 def open_gradebook(db_url: str) -> Gradebook:
@@ -31,7 +68,10 @@ def open_gradebook(db_url: str) -> Gradebook:
     from grader.nbgrader_course import prepare_nbgrader
 
     prepare_nbgrader()
-    gradebook = Gradebook(db_url)
+    try:
+        gradebook = Gradebook(db_url)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
+        raise GradebookUnavailable(unavailable_message(db_url, exc)) from None
     if db_url.startswith("sqlite"):
         @event.listens_for(gradebook.engine, "connect")
         def _pragmas(dbapi_connection, _record) -> None:
@@ -112,6 +152,19 @@ class SharedOverwriteCells(OverwriteCells):
 
     def preprocess(self, nb, resources):
         with _lending(overwritecells, self.shared):
+            return super().preprocess(nb, resources)
+
+
+class SharedAssignLatePenalties(AssignLatePenalties):
+    """nbgrader's AssignLatePenalties (the plugin's penalty per notebook, between 0 and the
+    notebook's score), on the run's gradebook; ``config`` carries the plugin and its setting."""
+
+    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shared = gradebook
+
+    def preprocess(self, nb, resources):
+        with _lending(latesubmissions, _Lent(self.shared)):
             return super().preprocess(nb, resources)
 
 

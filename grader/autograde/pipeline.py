@@ -16,10 +16,11 @@ crashes). The pieces: ``sources`` (the source assignments and their solution run
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import shutil
-import warnings
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +29,15 @@ from nbgrader.api import Gradebook
 
 from attention_learner.cell_rules import Status, TestStatus, is_test_cell
 from grader.autograde import reports
-from grader.autograde.gradebook import SharedSaveAutoGrades, SourceCells, open_gradebook
-from grader.autograde.interrupts import Interrupts
+from grader.autograde.feedback import write_course_feedback
+from grader.autograde.gradebook import SharedAssignLatePenalties, SharedSaveAutoGrades, SourceCells
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
-from grader.autograde.results import SubmissionResult, Summary, TestResult, unchanged
+from grader.autograde.results import SubmissionResult, Summary, TestResult, timeout_attempts
 from grader.autograde.sandbox import ChildJob, Executor, Isolation, Limits, write_job_cells
 from grader.autograde.sanitize import sanitize
-from grader.autograde.scheduling import NotebookJob, grade_all
+from grader.autograde.scheduling import NotebookJob
 from grader.autograde.scoring import delegation_of, memory_budgets, run_outcome, score_notebook, zero_tests
-from grader.autograde.sources import SourceAssignment, SourceError, code_cells, load_sources, solution_run
+from grader.autograde.sources import SourceAssignment, SourceError, code_cells, load_sources
 from grader.autograde.submissions import (
     TRUSTED,
     InvalidNotebook,
@@ -44,11 +45,14 @@ from grader.autograde.submissions import (
     WalkedFile,
     code_fingerprint,
     copy_walked_file,
-    find_submissions,
     read_notebook,
     walk_folder,
 )
-from grader.nbgrader_course import generate_assignment, temporary_course
+from grader.deadlines import TIMESTAMP_FILE, LatePolicy, read_timestamp
+
+QUIET = logging.getLogger("grader.late_penalties")  # nbgrader's plugin logs every late notebook
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
 
 __all__ = ["GradeOptions", "Run", "SourceError", "SubmissionResult", "TestResult", "autograde"]
 
@@ -59,15 +63,21 @@ class GradeOptions:
     workers: int = 2
     timeout: float = Limits.timeout  # one default, the sandbox's
     progress: bool = True
+    due: datetime | None = None  # naive UTC; None: the gradebook's assignment's due date
+    late_policy: LatePolicy = LatePolicy()  # noqa: RUF009 (frozen, so one shared default is safe)
+    retry_timeouts: bool = False  # grade a timeout again even after its one retry
+    group_readable: bool = False
 
 
 class Run:
     """One autograde run: its source, its outputs, its server, and a counter for job ids."""
 
     def __init__(self, source: Path, out: Path, work: Path, server: Executor,
-                 gradebook: Gradebook, db_url: str, limits: Limits) -> None:
+                 gradebook: Gradebook, db_url: str, limits: Limits, policy: LatePolicy | None = None) -> None:
         self.out, self.work, self.server = out, work, server
         self.gradebook, self.db_url, self.limits = gradebook, db_url, limits
+        self.policy = policy or LatePolicy()
+        self.due: dict[str, datetime | None] = {}  # per assignment, once the gradebook has it
         self.source_cells = SourceCells(gradebook)  # read once per run, see gradebook.py
         self.isolation = str(server.config.isolation)
         self._ids = iter(range(1, 1 << 62))
@@ -88,6 +98,12 @@ class Run:
         # a fresh secret per job: the child's checks draw their inputs from it, the parent too
         return ChildJob(job_id, str(folder), self.limits, salt=secrets.randbits(62) + 1)
 
+    def context(self, assignment: str) -> str:
+        """What a submission's fingerprint covers beside its files: the source assignment,
+        the grader's code, the due date and the late policy."""
+        deadline = f"due={self.due.get(assignment)};{self.policy}"
+        return f"{self.sources[assignment].fingerprint}{self.code}{deadline}"
+
     @staticmethod
     def beside_files(*folders: Submission | Path | None) -> list[WalkedFile]:
         """The files a job gets beside its notebook (see ``_beside_files``)."""
@@ -100,57 +116,12 @@ def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions
 
     ``server`` is the Executor (a ForkServer, a DaskExecutor) the caller started early (its
     imports overlap with ours) and ``work`` the private folder it hides from every child;
-    both are closed/removed here.
+    both are closed/removed here. One batch of a :class:`~grader.autograde.session.GradingSession`.
     """
-    out.mkdir(parents=True, exist_ok=True)
-    db_url = options.db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"
-    summary = Summary()
-    try:
-        with Interrupts() as interrupts, warnings.catch_warnings(), open_gradebook(db_url) as gradebook:
-            # nbgrader's gradebook API trips SQLAlchemy 2's autoflush warnings ("... not in
-            # session, add operation ... will not proceed"): harmless, and noise on stderr
-            warnings.filterwarnings("ignore", message=".*not in session.*")
-            run = Run(source, out, work, server, gradebook, db_url, Limits(timeout=options.timeout))
-            notebooks = {n: sorted(s.notebooks) for n, s in run.sources.items()}
-            submissions = find_submissions(submitted, notebooks)
-            wanted = sorted({s.assignment for s in submissions if s.assignment in run.sources})
-            with temporary_course(source, db_url) as api:
-                for name in wanted:
-                    generate_assignment(api, name)  # records notebooks and grade cells
-            server.wait_ready()
-            for name in wanted:
-                solution_run(run, run.sources[name])
-            todo = []
-            for sub in submissions:
-                if sub.unsafe_id:  # no folder of OUT may carry this name: a row in grades.csv only
-                    summary.invalid += 1
-                    continue
-                fingerprint = sub.fingerprint(run.sources[sub.assignment].fingerprint + run.code)
-                if unchanged(out / sub.student / sub.assignment / "results.json", fingerprint):
-                    summary.skipped += 1
-                else:
-                    todo.append((sub, fingerprint))
-            interrupts.check()
-            grade_all(server, todo, options.workers, options.progress,
-                      lambda sub, fingerprint: _prepare_safely(run, sub, fingerprint),
-                      lambda sub, result, jobs: _finish_safely(run, sub, result, jobs, summary), interrupts)
-    finally:
-        server.close()
-        shutil.rmtree(work, ignore_errors=True)
-        if "submissions" in locals():
-            reports.write_grades_csv(out, _results_for(out, submissions),
-                                     [_invalid_id_row(s) for s in submissions if s.unsafe_id])
-    return summary
+    from grader.autograde.session import GradingSession
 
-
-def _invalid_id_row(sub: Submission) -> dict[str, Any]:
-    return {"student_id": sub.student, "assignment": sub.assignment, "score": 0.0, "max_score": 0.0,
-            "status": str(Status.INVALID), "message": sub.problem, "tests": []}
-
-
-def _results_for(out: Path, submissions: list[Submission]) -> list[dict[str, Any]]:
-    keys = {(s.student, s.assignment) for s in submissions if not s.unsafe_id}
-    return [r for r in reports.read_results(out) if (r.get("student_id"), r.get("assignment")) in keys]
+    with GradingSession(out, source, options, server, work) as session:
+        return session.grade(submitted)
 
 
 def _beside_files(*folders: Submission | Path | None) -> list[WalkedFile]:
@@ -184,6 +155,10 @@ def _new_result(run: Run, sub: Submission, fingerprint: str) -> SubmissionResult
     src = run.sources[sub.assignment]
     result = SubmissionResult(sub.student, sub.assignment, fingerprint, run.isolation,
                               notes=list(sub.notes) + src.warnings)  # fmt: skip
+    handed_in = read_timestamp(sub.folder / TIMESTAMP_FILE)
+    result.timestamp = handed_in.iso()
+    if handed_in.problem:
+        result.flags.append(f"{handed_in.problem}: graded as if handed in on time")
     if run.isolation == Isolation.WEAK:
         result.flags.append("graded with weak isolation (the instructor accepted it): the "
                             "submission's code was not confined; see SECURITY.md")  # fmt: skip
@@ -241,15 +216,20 @@ def _finish_safely(run: Run, sub: Submission, result: SubmissionResult, jobs: li
     finally:
         for job in jobs:
             shutil.rmtree(job.job.folder, ignore_errors=True)
+    if result.status is Status.TIMEOUT:
+        previous = run.out / sub.student / sub.assignment / "results.json"
+        result.attempts = timeout_attempts(previous, result.fingerprint) + 1
     summary.count(result)
-    reports.write_results(run.out, result.to_json())
+    write_course_feedback(run.out, result.to_json(), sub)  # nbgrader's layout, for its tools
+    reports.write_results(run.out, result.to_json())  # last: it marks the submission as done
 
 
 def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob]) -> None:
     """Turn finished jobs into outputs, grades, the gradebook entry and the reports."""
     src = run.sources[sub.assignment]
     run.gradebook.update_or_create_student(sub.student)
-    run.gradebook.update_or_create_submission(sub.assignment, sub.student)
+    run.gradebook.update_or_create_submission(sub.assignment, sub.student, timestamp=(
+        None if result.timestamp is None else datetime.fromisoformat(result.timestamp).replace(tzinfo=None)))
     messages = []
     for job in jobs:
         status, message, report = run_outcome(job.finished)
@@ -270,6 +250,7 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
                 result.message or "the notebook could not be read")
             result.tests += zero_tests(src.notebooks[name], name, why)
             _zero_in_gradebook(run.gradebook, name, sub)
+    _late_penalties(run, sub, jobs, result)
     if messages:
         result.message = "; ".join(messages)
     elif result.status is Status.GRADED:
@@ -278,20 +259,35 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
                           else "all tests passed")
 
 
+def _late_penalties(run: Run, sub: Submission, jobs: list[NotebookJob], result: SubmissionResult) -> None:
+    """nbgrader's AssignLatePenalties on each notebook; the result keeps what the gradebook says."""
+    for job in jobs:
+        SharedAssignLatePenalties(run.gradebook, config=run.policy.nbgrader_config(), log=QUIET).preprocess(
+            job.sanitized.nb, _resources(run, sub, job.notebook))
+    submission = run.gradebook.find_submission(sub.assignment, sub.student)
+    if submission.timestamp is not None and submission.duedate is not None:
+        result.late_by_seconds = round(submission.total_seconds_late, 3)
+    result.penalty = round(float(submission.late_submission_penalty or 0.0), 6)
+
+
+def _resources(run: Run, sub: Submission, notebook: str) -> dict[str, Any]:
+    return {"nbgrader": {"db_url": run.db_url, "assignment": sub.assignment, "notebook": notebook,
+                         "student": sub.student}}
+
+
 def _zero_in_gradebook(gradebook: Gradebook, notebook: str, sub: Submission) -> None:
     """What nbgrader's autograde does for a notebook that was not handed in: 0, reviewed."""
     submitted = gradebook.find_submission_notebook(notebook, sub.assignment, sub.student)
     for grade in submitted.grades:
         grade.auto_score = 0
         grade.needs_manual_grade = False
+    submitted.late_submission_penalty = None  # nothing to take from a 0 (an older one's went)
     gradebook.db.commit()
 
 
 def _save(run: Run, job: NotebookJob, sub: Submission) -> None:
     """nbgrader's SaveAutoGrades into the gradebook, and the notebook in the autograded layout."""
-    resources = {"nbgrader": {"db_url": run.db_url, "assignment": sub.assignment,
-                              "notebook": job.notebook, "student": sub.student}}
-    SharedSaveAutoGrades(run.gradebook).preprocess(job.sanitized.nb, resources)
+    SharedSaveAutoGrades(run.gradebook).preprocess(job.sanitized.nb, _resources(run, sub, job.notebook))
     target = run.out / "autograded" / sub.student / sub.assignment / f"{job.notebook}.ipynb"
     # json, not nbformat.writes: the notebook was checked on the way in, and re-validating
     # every autograded notebook against the schema was a tenth of the parent's time

@@ -19,6 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from grader.autograde import permissions
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # OWASP's list: a spreadsheet reads a cell that begins with one of these as a formula
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -52,8 +54,9 @@ def write_atomically(path: Path, text: str) -> None:
 
     A lone surrogate left in ``text`` is written as ``\\udcxx`` rather than failing (in JSON
     that is the very escape that reads back as the same string)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    permissions.make_folders(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.fchmod(fd, permissions.file_mode())  # mkstemp's is 600, whatever the umask
     with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as handle:
         handle.write(text)
     os.replace(tmp, path)
@@ -78,8 +81,14 @@ def read_results(out: Path) -> list[dict[str, Any]]:
     return results
 
 
-def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[dict[str, Any]] = ()) -> Path:
-    """One row per student and assignment, one column per test grade id, then the result's
+# after the tests, before the flags (which stay the last column): when it was handed in
+DEADLINE_COLUMNS = ["timestamp", "late_by_seconds", "penalty"]
+
+
+def write_grades_csv(out: Path, results: list[dict[str, Any]],
+                     extra_rows: list[dict[str, Any]] = ()) -> Path:
+    """One row per student and assignment: student_id, assignment, score, max_score, status,
+    one column per test grade id, timestamp, late_by_seconds, penalty, then the result's
     flags (joined by "; "), quoted for Excel/LMS.
 
     ``extra_rows`` are results that have no folder in OUT (a student id that cannot name one).
@@ -94,15 +103,19 @@ def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[
     rows = []
     for result in sorted(results, key=lambda r: (str(r["assignment"]), str(r["student_id"]))):
         points = {_column(t, result["assignment"]): t["points"] for t in result.get("tests", [])}
+        late = result.get("late_by_seconds")
         rows.append(
             [result["student_id"], result["assignment"], _number(result["score"]),
              _number(result["max_score"]), result["status"]]
             + [_number(points[c]) if c in points else "" for c in test_ids]
+            + [result.get("timestamp") or "", "" if late is None else _number(late),
+               _number(result.get("penalty") or 0)]
             + ["; ".join(result.get("flags", []))]
         )
-    path = out / "grades.csv"
     # flags last (delegation, review, weak isolation), so that the test columns stay in place
-    header = ["student_id", "assignment", "score", "max_score", "status", *test_ids, "flags"]
+    header = ["student_id", "assignment", "score", "max_score", "status", *test_ids,
+              *DEADLINE_COLUMNS, "flags"]
+    path = out / "grades.csv"
     write_csv(path, header, rows)
     return path
 
@@ -154,6 +167,13 @@ def _feedback_template() -> Any:
     return environment.get_template("feedback.html.j2")
 
 
-def feedback_html(result: dict[str, Any]) -> str:
-    """A self-contained page the learner can read: score, notes, and one row per test."""
-    return _feedback_template().render(result=result, colours=STATUS_COLOURS, number=_number)
+def feedback_html(result: dict[str, Any], notebook: str = "", queued: str = "") -> str:
+    """A self-contained page the learner can read: score, lateness, notes, one row per test.
+
+    ``notebook``: the page of one notebook (its tests only); ``queued``: a newer submission
+    waits to be graded, and why (``grader.watch``)."""
+    from grader.deadlines import describe_lateness
+
+    late = describe_lateness(result.get("late_by_seconds"))
+    return _feedback_template().render(result=result, colours=STATUS_COLOURS, number=_number,
+                                       notebook=notebook, queued=queued, late=late)

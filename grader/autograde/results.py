@@ -13,7 +13,8 @@ from typing import Any
 
 from attention_learner.cell_rules import Status, TestStatus, exercise_of
 
-__all__ = ["ChildExit", "Status", "SubmissionResult", "Summary", "TestResult", "unchanged"]
+__all__ = ["ChildExit", "Status", "SubmissionResult", "Summary", "TestResult", "timeout_attempts",
+           "unchanged"]
 
 
 class ChildExit(IntEnum):
@@ -72,10 +73,20 @@ class SubmissionResult:
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tests: list[TestResult] = field(default_factory=list)
+    timestamp: str | None = None  # when it was handed in (ISO 8601, UTC), from timestamp.txt
+    late_by_seconds: float | None = None  # None: no timestamp or no due date
+    penalty: float = 0.0  # the late penalty nbgrader's rule gave, summed over the notebooks
+    attempts: int = 1  # gradings of these very files in a row that ended in a timeout
+
+    @property
+    def raw_score(self) -> float:
+        """The tests' points before any late penalty."""
+        return round(sum(t.points for t in self.tests), 6)
 
     @property
     def score(self) -> float:
-        return round(sum(t.points for t in self.tests), 6)
+        """The points after the late penalty (never below 0), as nbgrader's export has them."""
+        return round(max(0.0, self.raw_score - self.penalty), 6)
 
     @property
     def max_score(self) -> float:
@@ -85,6 +96,8 @@ class SubmissionResult:
         return {"student_id": self.student_id, "assignment": self.assignment, "score": self.score,
                 "max_score": self.max_score, "status": str(self.status), "message": self.message,
                 "flags": self.flags, "notes": self.notes, "isolation": self.isolation,
+                "timestamp": self.timestamp, "late_by_seconds": self.late_by_seconds,
+                "penalty": self.penalty, "raw_score": self.raw_score, "attempts": self.attempts,
                 "tests": [t.to_json() for t in self.tests], "fingerprint": self.fingerprint}
 
     @classmethod
@@ -93,36 +106,89 @@ class SubmissionResult:
         return cls(str(data["student_id"]), str(data["assignment"]), str(data.get("fingerprint", "")),
                    str(data.get("isolation", "")), Status(data["status"]), str(data.get("message", "")),
                    list(data.get("flags", [])), list(data.get("notes", [])),
-                   [TestResult.from_json(t) for t in data.get("tests", [])])
+                   [TestResult.from_json(t) for t in data.get("tests", [])],
+                   data.get("timestamp"), _number_or_none(data.get("late_by_seconds")),
+                   float(data.get("penalty") or 0.0), int(data.get("attempts") or 1))
+
+
+def _number_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+FAILING = (TestStatus.FAILED, TestStatus.ERROR, TestStatus.TIMEOUT, TestStatus.NOT_RUN)
 
 
 @dataclass
 class Summary:
+    """What one run did, and then (:meth:`tally`) what the grades.csv it wrote holds.
+
+    ``graded`` and ``skipped`` are this run's (graded now with status ``graded``; unchanged
+    and kept). The status counts and failed tests are this run's until :meth:`tally` counts
+    the rows of grades.csv, kept ones included, so that the line and the file agree.
+    """
+
     graded: int = 0
     skipped: int = 0
     failed_tests: int = 0
     timeouts: int = 0
     crashes: int = 0
     invalid: int = 0
+    rows: int | None = None  # grades.csv's rows, once tallied
+    statuses: dict[str, int] = field(default_factory=dict)  # grades.csv's, once tallied
 
     def line(self) -> str:
-        return (
-            f"{self.graded} graded, {self.skipped} unchanged (kept), {self.failed_tests} failed "
-            f"tests, {self.timeouts} timeouts, {self.crashes} crashes, {self.invalid} invalid"
-        )
+        head = f"{self.graded} graded, {self.skipped} unchanged (kept)"
+        if self.rows is None:
+            return (f"{head}, {self.failed_tests} failed tests, {self.timeouts} timeouts, "
+                    f"{self.crashes} crashes, {self.invalid} invalid")
+        count = {s: self.statuses.get(str(s), 0) for s in Status}
+        return (f"{head}; grades.csv: {self.rows} rows, {count[Status.GRADED]} graded, "
+                f"{count[Status.TIMEOUT]} timeouts, {count[Status.CRASHED]} crashes, "
+                f"{count[Status.INVALID]} invalid, {self.failed_tests} failed tests")
 
     def count(self, result: SubmissionResult) -> None:
         attribute = {Status.GRADED: "graded", Status.TIMEOUT: "timeouts", Status.CRASHED: "crashes",
                      Status.INVALID: "invalid"}[result.status]
         setattr(self, attribute, getattr(self, attribute) + 1)
-        self.failed_tests += sum(t.status in (TestStatus.FAILED, TestStatus.ERROR, TestStatus.TIMEOUT,
-                                              TestStatus.NOT_RUN) for t in result.tests)
+        self.failed_tests += sum(t.status in FAILING for t in result.tests)
+
+    def tally(self, rows: list[dict[str, Any]]) -> None:
+        """Count the rows written to grades.csv (results.json records): every status and
+        failed test in the file, whether graded now or kept."""
+        self.rows = len(rows)
+        self.statuses = {}
+        for row in rows:
+            self.statuses[str(row.get("status"))] = self.statuses.get(str(row.get("status")), 0) + 1
+        self.timeouts = self.statuses.get(str(Status.TIMEOUT), 0)
+        self.crashes = self.statuses.get(str(Status.CRASHED), 0)
+        self.invalid = self.statuses.get(str(Status.INVALID), 0)
+        self.failed_tests = sum(str(t.get("status")) in FAILING for row in rows for t in row.get("tests", []))
 
 
-def unchanged(previous: Path, fingerprint: str) -> bool:
-    """Kept only when graded (or invalid) from the very same files, source and grader code."""
+TIMEOUT_ATTEMPTS = 2  # a timeout is graded again once; after that it is kept like a grade
+
+
+def unchanged(previous: Path, fingerprint: str, retry_timeouts: bool = False) -> bool:
+    """Kept only when graded (or invalid) from the very same files, source and grader code,
+    or when these very files timed out twice in a row (unless ``retry_timeouts``); a crash
+    is always graded again."""
     try:
         data = json.loads(previous.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return data.get("fingerprint") == fingerprint and data.get("status") in (Status.GRADED, Status.INVALID)
+    if data.get("fingerprint") != fingerprint:
+        return False
+    if data.get("status") == Status.TIMEOUT:
+        return not retry_timeouts and int(data.get("attempts") or 1) >= TIMEOUT_ATTEMPTS
+    return data.get("status") in (Status.GRADED, Status.INVALID)
+
+
+def timeout_attempts(previous: Path, fingerprint: str) -> int:
+    """How many gradings in a row of these very files timed out, before this one."""
+    try:
+        data = json.loads(previous.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    if data.get("fingerprint") != fingerprint or data.get("status") != Status.TIMEOUT:
+        return 0
+    return int(data.get("attempts") or 1)

@@ -1,0 +1,150 @@
+"""A grading session: one gradebook, one executor, and each source assignment prepared once.
+
+``autograde`` grades one batch (a SUBMITTED folder) in a session; ``grader.watch`` keeps a
+session open and grades each arrival as a batch of its own. Preparing an assignment
+(nbgrader's generate_assignment into the gradebook, the due date, OUT/source/, the
+solution run that tells the parent what each test checks) happens the first time a batch
+holds a submission of it. Every batch ends by writing grades.csv, whatever happened, and
+its summary counts the rows of that file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from attention_learner.cell_rules import Status
+from grader.autograde import course_dir, permissions, reports
+from grader.autograde.gradebook import open_gradebook
+from grader.autograde.interrupts import Interrupts
+from grader.autograde.pipeline import GradeOptions, Run, _finish_safely, _prepare_safely
+from grader.autograde.results import Summary, unchanged
+from grader.autograde.sandbox import Executor, Limits
+from grader.autograde.scheduling import grade_all
+from grader.autograde.sources import solution_run
+from grader.autograde.submissions import Submission, find_submissions
+from grader.nbgrader_course import generate_assignment, temporary_course
+
+
+class GradingSession:
+    """``with GradingSession(...) as session: session.grade(submitted)``; closing it closes
+    the executor and removes the private work folder."""
+
+    def __init__(self, out: Path, source: Path, options: GradeOptions, server: Executor, work: Path,
+                 course_id: str | None = None, exchange: Path | None = None) -> None:  # fmt: skip
+        self.out, self.source, self.options, self.server, self.work = out, source, options, server, work
+        self.prepared: set[str] = set()
+        self._ready = False
+        self._stack = ExitStack()
+        self._stack.callback(shutil.rmtree, work, ignore_errors=True)
+        self._stack.callback(server.close)
+        try:
+            permissions.configure(options.group_readable)
+            permissions.make_folders(out)
+            permissions.share_folder(out)
+            self.db_url = options.db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"
+            self.interrupts = self._stack.enter_context(Interrupts())
+            self._stack.enter_context(warnings.catch_warnings())
+            # nbgrader's gradebook API trips SQLAlchemy 2's autoflush warnings ("... not in
+            # session, add operation ... will not proceed"): harmless, and noise on stderr
+            warnings.filterwarnings("ignore", message=".*not in session.*")
+            gradebook = self._stack.enter_context(open_gradebook(self.db_url))
+            self.run = Run(source, out, work, server, gradebook, self.db_url,
+                           Limits(timeout=options.timeout), options.late_policy)  # fmt: skip
+            course_dir.write_config(out, self.db_url, course_id, exchange)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __enter__(self) -> GradingSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._stack.close()
+        finally:
+            if self.db_url.startswith("sqlite:///"):
+                for suffix in ("", "-wal", "-shm"):
+                    permissions.share_file(Path(self.db_url[len("sqlite:///"):] + suffix))
+
+    def prepare(self, assignments: list[str]) -> None:
+        """Make each assignment gradable, once: nbgrader's records, due date, OUT/source/,
+        and its solution run."""
+        new = [a for a in assignments if a not in self.prepared]
+        if not new:
+            return
+        run = self.run
+        with temporary_course(self.source, self.db_url) as api:
+            for name in new:
+                generate_assignment(api, name)  # records notebooks and grade cells
+        for name in new:
+            if self.options.due is not None:
+                run.gradebook.update_or_create_assignment(name, duedate=self.options.due)
+            run.due[name] = run.gradebook.find_assignment(name).duedate
+        course_dir.copy_sources(self.out, {name: run.sources[name].folder for name in new})
+        if not self._ready:
+            self.server.wait_ready()
+            self._ready = True
+        for name in new:
+            solution_run(run, run.sources[name])
+            self.prepared.add(name)
+
+    def grade(self, submitted: Path, *, every_result: bool = False,
+              problems: dict[tuple[str, str], str] | None = None) -> Summary:
+        """Grade what changed under ``submitted``; write grades.csv.
+
+        grades.csv has a row for each submission found there, or with ``every_result``
+        (a watch, whose batches hold one arrival each) for every results.json in OUT.
+        ``problems`` makes a submission invalid with that message (the watcher's copy of
+        it could not be made).
+        """
+        run, summary = self.run, Summary()
+        submissions: list[Submission] | None = None
+        try:
+            notebooks = {n: sorted(s.notebooks) for n, s in run.sources.items()}
+            submissions = find_submissions(submitted, notebooks)
+            for sub in submissions:
+                reserved = course_dir.reserved_name(sub.student)
+                why = reserved or (problems or {}).get((sub.student, sub.assignment))
+                if why and not sub.unsafe_id:
+                    sub.problem, sub.unsafe_id = why, bool(reserved)
+            self.prepare(sorted({s.assignment for s in submissions if s.assignment in run.sources}))
+            todo = []
+            for sub in submissions:
+                if sub.unsafe_id:  # no folder of OUT may carry this name: a row in grades.csv only
+                    continue
+                fingerprint = sub.fingerprint(run.context(sub.assignment))
+                previous = self.out / sub.student / sub.assignment / "results.json"
+                if unchanged(previous, fingerprint, self.options.retry_timeouts):
+                    summary.skipped += 1
+                else:
+                    todo.append((sub, fingerprint))
+            self.interrupts.check()
+            grade_all(self.server, todo, self.options.workers, self.options.progress,
+                      lambda sub, fingerprint: _prepare_safely(run, sub, fingerprint),
+                      lambda sub, result, jobs: _finish_safely(run, sub, result, jobs, summary),
+                      self.interrupts)  # fmt: skip
+        finally:
+            if submissions is not None:
+                results = (reports.read_results(self.out) if every_result
+                           else _results_for(self.out, submissions))
+                unsafe = [_invalid_id_row(s) for s in submissions if s.unsafe_id]
+                reports.write_grades_csv(self.out, results, unsafe)
+                summary.tally([*results, *unsafe])  # the file's rows, kept ones included
+        return summary
+
+
+def _invalid_id_row(sub: Submission) -> dict[str, Any]:
+    return {"student_id": sub.student, "assignment": sub.assignment, "score": 0.0, "max_score": 0.0,
+            "status": str(Status.INVALID), "message": sub.problem, "tests": []}
+
+
+def _results_for(out: Path, submissions: list[Submission]) -> list[dict[str, Any]]:
+    keys = {(s.student, s.assignment) for s in submissions if not s.unsafe_id}
+    return [r for r in reports.read_results(out) if (r.get("student_id"), r.get("assignment")) in keys]

@@ -1,0 +1,123 @@
+"""The command line of a course run, beside grading itself (``grader/cli.py`` calls these).
+
+- ``autograde``'s course options: ``--due``, ``--late-policy``, ``--retry-timeouts``,
+  ``--group-readable``, and grading on submit (``--watch INBOUND [--exchange ROOT]
+  [--max-per-hour N]``);
+- ``python -m grader export OUT --format canvas|moodle|wide [--roster ROSTER.csv] -o FILE``;
+- ``python -m grader formgrader OUT [--port P]``.
+
+Nothing heavy is imported here: the commands import their modules when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {text}")
+    return value
+
+
+def add_course_options(grade: argparse.ArgumentParser) -> None:
+    """autograde's options for deadlines, re-runs, permissions and grading on submit."""
+    grade.add_argument("--due", default=None, metavar='"YYYY-MM-DD HH:MM[:SS] TZ"',
+                       help="the due date (written into the gradebook's assignments); default: the "
+                            "due date the gradebook's assignment has, if any")
+    grade.add_argument("--late-policy", default="none", metavar="none|zero|subtract-per-hour:P",
+                       help="late penalty per notebook, as nbgrader's late-submission plugins: none "
+                            "(default), zero (the notebook's score), subtract-per-hour:P (P points "
+                            "for every hour or part of one late)")
+    grade.add_argument("--retry-timeouts", action="store_true",
+                       help="grade timeouts again (by default a timeout is retried once, then kept)")
+    grade.add_argument("--group-readable", action="store_true",
+                       help="make OUT's files readable by their folder's group (a TA group)")
+    grade.add_argument("--watch", type=Path, default=None, metavar="INBOUND",
+                       help="grade each submission arriving in this nbgrader exchange inbound folder "
+                            "(<exchange>/<course>/inbound), until Ctrl-C")
+    grade.add_argument("--exchange", type=Path, default=None, metavar="ROOT",
+                       help="with --watch: the exchange root, where each submission's feedback is "
+                            "released for nbgrader fetch_feedback")
+    grade.add_argument("--max-per-hour", type=_positive_int, default=None, metavar="N",
+                       help="with --watch: grade at most N submissions of one student an hour; later "
+                            "ones wait (their feedback says so)")
+
+
+def add_course_commands(commands: Any) -> None:
+    """The ``export`` and ``formgrader`` subcommands."""
+    export = commands.add_parser("export", help="grades for an LMS: Canvas's or Moodle's import "
+                                                "CSV, or one wide row per student")
+    export.add_argument("out", type=Path, metavar="OUT", help="an autograde output folder")
+    export.add_argument("--format", required=True, choices=["canvas", "moodle", "wide"])
+    export.add_argument("--roster", type=Path, default=None, metavar="ROSTER.csv",
+                        help="student_id plus the LMS's ids, names, emails, section")
+    export.add_argument("--missing-as-zero", action="store_true",
+                        help="a roster student without a submission scores 0 (default: left empty)")
+    export.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
+    export.set_defaults(course_command=_export)
+
+    formgrader = commands.add_parser("formgrader", help="nbgrader's formgrader on OUT (loopback only, "
+                                                        "with a token)")
+    formgrader.add_argument("out", type=Path, metavar="OUT", help="an autograde output folder")
+    formgrader.add_argument("--port", type=_port, default=8890, help="default 8890; 0 picks a free one")
+    formgrader.set_defaults(course_command=_formgrader)
+
+
+def course_grade_options(args: argparse.Namespace) -> dict[str, Any]:
+    """GradeOptions' course fields from autograde's arguments; ValueError says what is wrong."""
+    from grader.deadlines import LatePolicy, parse_due
+
+    if args.watch is None and (args.exchange is not None or args.max_per_hour is not None):
+        raise ValueError("--exchange and --max-per-hour go with --watch INBOUND")
+    if args.watch is not None:
+        exchange_course(args.watch, args.exchange)
+    return {"due": parse_due(args.due) if args.due else None,
+            "late_policy": LatePolicy.parse(args.late_policy),
+            "retry_timeouts": args.retry_timeouts, "group_readable": args.group_readable}
+
+
+def exchange_course(inbound: Path, exchange: Path | None) -> tuple[str | None, Path | None]:
+    """The course id and its folder in the exchange, from ``--exchange ROOT`` and INBOUND
+    (``ROOT/<course>/inbound``); ValueError when they do not fit together."""
+    if exchange is None:
+        return None, None
+    inbound, root = inbound.resolve(), exchange.resolve()
+    if inbound.name != "inbound" or inbound.parent.parent != root:
+        raise ValueError(f"--watch {inbound} is not the inbound folder of a course in the exchange "
+                         f"{root} (expected ROOT/<course>/inbound)")
+    return inbound.parent.name, inbound.parent
+
+
+def _export(args: argparse.Namespace) -> int:
+    from grader.cli import UsageError
+    from grader.export import ExportError, export
+
+    try:
+        report = export(args.out, args.format, args.output, roster=args.roster,
+                        missing_as_zero=args.missing_as_zero)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from exc
+    for line in report.lines():
+        print(line)
+    return 0
+
+
+def _formgrader(args: argparse.Namespace) -> int:
+    from grader.cli import UsageError
+    from grader.formgrader import FormgraderError, serve
+
+    try:
+        return serve(args.out, args.port)
+    except FormgraderError as exc:
+        raise UsageError(str(exc)) from exc

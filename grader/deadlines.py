@@ -1,0 +1,160 @@
+"""Deadlines: when a submission was handed in, when it was due, and what lateness costs.
+
+- The submission time is ``timestamp.txt`` beside the submitted notebooks, in nbgrader's
+  format: one line such as ``2026-03-02 17:04:11.250117 UTC`` (``nbgrader submit`` writes
+  ``%Y-%m-%d %H:%M:%S.%f %Z``; any zone name or numeric offset nbgrader reads is read here,
+  with nbgrader's own ``parse_utc``). Without it a submission has no time and is never late.
+- The due date is ``--due "YYYY-MM-DD HH:MM[:SS] TZ"`` (written into the gradebook's
+  assignment, as ``nbgrader db assignment add --duedate`` would), otherwise the due date the
+  gradebook's assignment already has. Extensions recorded in the gradebook count, as in
+  nbgrader (``SubmittedAssignment.total_seconds_late``).
+- The penalty is nbgrader's: its ``AssignLatePenalties`` preprocessor asks a late-submission
+  plugin for each notebook's penalty and keeps it between 0 and that notebook's score.
+  ``none`` and ``zero`` are nbgrader's ``LateSubmissionPlugin`` methods (no penalty; the
+  notebook's whole score); ``subtract-per-hour:P`` is :class:`SubtractPerHour`, P points for
+  every hour or part of an hour late (nbgrader's documented example plugin rounds to the
+  nearest hour instead, which lets a submission 29 minutes late through unpunished).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import stat
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+from dateutil import tz as dateutil_tz
+from nbgrader.plugins import BasePlugin
+from traitlets import Float
+from traitlets.config import Config
+
+TIMESTAMP_FILE = "timestamp.txt"
+MAX_TIMESTAMP_BYTES = 256
+_DUE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}(?::\d{2})?) (\S+)")
+_OFFSET = re.compile(r"([+-])(\d{2}):?(\d{2})")
+
+
+class DeadlineError(ValueError):
+    """A --due or --late-policy that cannot be read; the message says what is expected."""
+
+
+def parse_due(text: str) -> datetime:
+    """``YYYY-MM-DD HH:MM[:SS] TZ`` (a zone name such as ``Europe/Berlin`` or ``UTC``, or an
+    offset such as ``+01:00``) as a naive UTC datetime, the gradebook's convention."""
+    match = _DUE.fullmatch(text.strip())
+    if not match:
+        raise DeadlineError(f"--due {text!r}: expected \"YYYY-MM-DD HH:MM[:SS] TZ\", for example "
+                            "\"2026-03-02 17:00 Europe/Berlin\" or \"2026-03-02 17:00:00 +01:00\"")
+    day, clock, zone = match.groups()
+    offset = _OFFSET.fullmatch(zone)
+    if offset:
+        sign, hours, minutes = offset.groups()
+        delta = timedelta(hours=int(hours), minutes=int(minutes))
+        tzinfo = timezone(delta if sign == "+" else -delta)
+    else:
+        tzinfo = dateutil_tz.gettz(zone)
+        if tzinfo is None:
+            raise DeadlineError(f"--due {text!r}: unknown time zone {zone!r} (use a name such as "
+                                "Europe/Berlin or UTC, or an offset such as +01:00)")
+    try:
+        local = datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=tzinfo)
+    except ValueError as exc:
+        raise DeadlineError(f"--due {text!r}: {exc}") from None
+    return local.astimezone(UTC).replace(tzinfo=None)
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """``none``, ``zero`` or ``subtract-per-hour:P``."""
+
+    method: str = "none"
+    points_per_hour: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> LatePolicy:
+        if text in ("none", "zero"):
+            return cls(text)
+        name, _, points = text.partition(":")
+        if name == "subtract-per-hour":
+            try:
+                value = float(points)
+            except ValueError:
+                value = -1.0
+            if value > 0 and math.isfinite(value):
+                return cls(name, value)
+        raise DeadlineError(f"--late-policy {text!r}: expected none, zero or subtract-per-hour:P "
+                            "with P > 0 points per hour late")
+
+    def __str__(self) -> str:
+        if self.method == "subtract-per-hour":
+            return f"{self.method}:{self.points_per_hour:g}"
+        return self.method
+
+    def nbgrader_config(self) -> Config:
+        """The configuration under which nbgrader's AssignLatePenalties applies this policy."""
+        config = Config()
+        if self.method == "subtract-per-hour":
+            config.AssignLatePenalties.plugin_class = SubtractPerHour
+            config.SubtractPerHour.points_per_hour = self.points_per_hour
+        else:
+            config.LateSubmissionPlugin.penalty_method = self.method
+        return config
+
+
+class SubtractPerHour(BasePlugin):
+    """nbgrader late-submission plugin: ``points_per_hour`` for each hour or part of one."""
+
+    points_per_hour = Float(1.0, help="points taken per hour (or part of one) late").tag(config=True)
+
+    def late_submission_penalty(self, student_id: str, score: float, total_seconds_late: float) -> float:
+        return math.ceil(total_seconds_late / 3600) * self.points_per_hour
+
+
+@dataclass(frozen=True)
+class HandedIn:
+    """A submission's time (naive UTC) as its timestamp.txt gave it, or why it gave none."""
+
+    at: datetime | None = None
+    problem: str = ""
+
+    def iso(self) -> str | None:
+        return None if self.at is None else self.at.replace(tzinfo=UTC).isoformat()
+
+
+def read_timestamp(path: Path) -> HandedIn:
+    """nbgrader's timestamp.txt at ``path``: no symlink, no FIFO, a few hundred bytes at most."""
+    from nbgrader.utils import parse_utc
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return HandedIn()
+    except OSError as exc:
+        return HandedIn(problem=f"{TIMESTAMP_FILE} could not be read ({exc.strerror})")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return HandedIn(problem=f"{TIMESTAMP_FILE} is not a regular file")
+        raw = os.read(fd, MAX_TIMESTAMP_BYTES + 1)
+    finally:
+        os.close(fd)
+    text = raw.decode("utf-8", "replace").strip()
+    if len(raw) > MAX_TIMESTAMP_BYTES or not text or "\n" in text:
+        return HandedIn(problem=f"{TIMESTAMP_FILE} is not one line of a date and time")
+    try:
+        return HandedIn(parse_utc(text))
+    except (ValueError, OverflowError, TypeError):
+        return HandedIn(problem=f"{TIMESTAMP_FILE} holds no date and time nbgrader can read: {text[:60]!r}")
+
+
+def describe_lateness(seconds: float | None) -> str:
+    """``2 h 5 min`` for a late submission; "" when on time or unknown."""
+    if not seconds:
+        return ""
+    minutes = math.ceil(seconds / 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
+    return " ".join(p for p in parts if p)

@@ -1,0 +1,239 @@
+"""``python -m grader export OUT --format canvas|moodle|wide [--roster ROSTER.csv] -o FILE``.
+
+The grades of an autograde OUT (the rows of its grades.csv, read from their results.json;
+scores after any late penalty) for a learning management system:
+
+- ``canvas``: the CSV Canvas's gradebook import reads, laid out as Canvas's own export:
+  ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``, then one column per
+  assignment, and a first row ``Points Possible`` under the header. A column is named
+  ``<assignment> (<Canvas assignment id>)`` when the roster's header carries such a column
+  (a roster made from a Canvas export does), which Canvas matches to that assignment; a
+  bare name makes Canvas offer to create the assignment or map it to one.
+- ``moodle``: Moodle's "Import grades from CSV file": names, an identifier column to map
+  to a user field (``ID number`` from the roster's ``idnumber``, else ``Username``), the
+  ``Email address``, and one column per assignment to map to a grade item.
+- ``wide``: one row per student, one column per assignment, then one per test named
+  ``<assignment>:<grade id>``.
+
+The roster (UTF-8 CSV, Excel's byte-order mark allowed) has a ``student_id`` column (the
+grader's ids, the folders' names) and any of: ``name`` (or ``first_name``/``last_name``),
+``email``, ``section``, ``canvas_id`` (or ``id``), ``sis_user_id``, ``sis_login_id``,
+``idnumber``, ``username``. Every roster student gets a row: with no submission of an
+assignment its cell is empty, never a silent 0, unless ``--missing-as-zero``. A graded
+student who is not on the roster is left out and named in the report. Without a roster,
+each graded student is a row, their student id standing for the LMS login (Canvas's
+``SIS Login ID``, Moodle's ``Username``). Every cell goes through ``reports.write_csv``, so
+no cell is a formula.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.autograde.reports import FORMULA_STARTS, read_results, write_csv
+
+FORMATS = ("canvas", "moodle", "wide")
+_ALIASES = {"student_id": "student_id", "student": "name", "name": "name", "full_name": "name",
+            "first_name": "first_name", "last_name": "last_name", "email": "email",
+            "email_address": "email", "section": "section", "canvas_id": "canvas_id", "id": "canvas_id",
+            "sis_user_id": "sis_user_id", "sis_login_id": "sis_login_id", "idnumber": "idnumber",
+            "id_number": "idnumber", "username": "username"}
+_CANVAS_COLUMN = re.compile(r"(?P<name>.+) \((?P<id>\d+)\)")
+
+
+class ExportError(ValueError):
+    """OUT, the roster or FILE cannot be used; one line saying why."""
+
+
+@dataclass
+class ExportReport:
+    path: Path
+    fmt: str
+    students: int
+    assignments: list[str]
+    missing: dict[str, list[str]] = field(default_factory=dict)  # assignment -> roster students
+    not_on_roster: list[str] = field(default_factory=list)
+    missing_as_zero: bool = False
+
+    def lines(self) -> list[str]:
+        lines = [f"wrote {self.path} ({self.fmt}): {self.students} students, "
+                 f"{len(self.assignments)} assignments ({', '.join(self.assignments) or 'none'})"]
+        for assignment, students in sorted(self.missing.items()):
+            how = "scored 0 (--missing-as-zero)" if self.missing_as_zero else "left empty"
+            lines.append(f"no submission of {assignment} from {len(students)} roster students, {how}: "
+                         + ", ".join(students[:20]) + (" ..." if len(students) > 20 else ""))
+        if self.not_on_roster:
+            lines.append(f"not on the roster, left out ({len(self.not_on_roster)}): "
+                         + ", ".join(self.not_on_roster))
+        return lines
+
+
+def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
+           missing_as_zero: bool = False) -> ExportReport:
+    if fmt not in FORMATS:
+        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    results = graded_results(out)
+    people, canvas_ids = read_roster(roster) if roster is not None else (None, {})
+    assignments = sorted({r["assignment"] for r in results})
+    by_key = {(r["student_id"], r["assignment"]): r for r in results}
+    graded = sorted({r["student_id"] for r in results})
+    if people is None:
+        people = [{"student_id": s} for s in graded]
+        not_on_roster = []
+    else:
+        listed = {p["student_id"] for p in people}
+        not_on_roster = [s for s in graded if s not in listed]
+    report = ExportReport(target, fmt, len(people), assignments, not_on_roster=not_on_roster,
+                          missing_as_zero=missing_as_zero)
+    for a in assignments:
+        absent = [p["student_id"] for p in people if (p["student_id"], a) not in by_key]
+        if absent:
+            report.missing[a] = absent
+
+    def score(student: str, assignment: str) -> Any:
+        result = by_key.get((student, assignment))
+        if result is None:
+            return 0 if missing_as_zero else ""
+        return _number(result["score"])
+
+    header, rows = {"canvas": _canvas, "moodle": _moodle, "wide": _wide}[fmt](
+        people, assignments, results, score, canvas_ids, by_key, missing_as_zero)
+    try:
+        write_csv(target, header, rows)
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return report
+
+
+def graded_results(out: Path) -> list[dict[str, Any]]:
+    """The results.json records of grades.csv's rows (all of OUT's if it has no grades.csv)."""
+    if not out.is_dir():
+        raise ExportError(f"{out} is not a folder (give the --out folder of python -m grader autograde)")
+    results = [r for r in read_results(out) if isinstance(r.get("student_id"), str) and "assignment" in r]
+    grades = out / "grades.csv"
+    if grades.is_file():
+        with open(grades, newline="", encoding="utf-8", errors="replace") as handle:
+            keys = {(_plain(r.get("student_id", "")), _plain(r.get("assignment", "")))
+                    for r in csv.DictReader(handle)}
+        results = [r for r in results if (r["student_id"], r["assignment"]) in keys]
+    if not results:
+        raise ExportError(f"{out} holds no graded submissions (no */*/results.json named in grades.csv)")
+    return results
+
+
+def _plain(cell: str) -> str:
+    """A grades.csv text cell as it was before ``csv_cell`` neutralised a formula start."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS) else cell
+
+
+def read_roster(path: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """The roster's people (fields by their canonical names) and any Canvas assignment ids
+    its header carries (``<assignment> (<id>)``, as in Canvas's export)."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            body = list(reader)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExportError(f"cannot read the roster {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not header:
+        raise ExportError(f"the roster {path} is empty")
+    names = [_ALIASES.get(re.sub(r"[\s-]+", "_", h.strip().lower())) for h in header]
+    if "student_id" not in names:
+        raise ExportError(f"the roster {path} has no student_id column (its columns: {', '.join(header)})")
+    canvas_ids = {m["name"]: m["id"] for m in (_CANVAS_COLUMN.fullmatch(h.strip()) for h in header) if m}
+    people, seen = [], set()
+    for row in body:
+        person = {n: (row[i].strip() if i < len(row) else "") for i, n in enumerate(names) if n}
+        student = person.get("student_id", "")
+        if not student or student.lower() in ("points possible",):  # Canvas's second row
+            continue
+        if student in seen:
+            raise ExportError(f"the roster {path} lists the student id {student!r} twice")
+        seen.add(student)
+        people.append(person)
+    return people, canvas_ids
+
+
+def _display_name(person: dict[str, str]) -> str:
+    if person.get("name"):
+        return person["name"]
+    last, first = person.get("last_name", ""), person.get("first_name", "")
+    return f"{last}, {first}" if last and first else (last or first or person["student_id"])
+
+
+def _max_scores(results: list[dict[str, Any]]) -> dict[str, Any]:
+    best: dict[str, float] = {}
+    for r in results:
+        best[r["assignment"]] = max(best.get(r["assignment"], 0.0), float(r.get("max_score") or 0.0))
+    return {a: _number(v) for a, v in best.items()}
+
+
+def _canvas(people, assignments, results, score, canvas_ids, by_key, missing_as_zero):
+    columns = [f"{a} ({canvas_ids[a]})" if a in canvas_ids else a for a in assignments]
+    header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *columns]
+    points = _max_scores(results)
+    rows = [["    Points Possible", "", "", "", "", *[points[a] for a in assignments]]]
+    for p in people:
+        # with no Canvas id at all, the student id stands for the login
+        login = p.get("sis_login_id") or ("" if p.get("canvas_id") or p.get("sis_user_id")
+                                          else p["student_id"])
+        rows.append([_display_name(p), p.get("canvas_id", ""), p.get("sis_user_id", ""), login,
+                     p.get("section", ""), *[score(p["student_id"], a) for a in assignments]])
+    return header, rows
+
+
+def _moodle(people, assignments, results, score, canvas_ids, by_key, missing_as_zero):
+    use_idnumber = any(p.get("idnumber") for p in people)
+    identifier = "ID number" if use_idnumber else "Username"
+    header = ["First name", "Last name", identifier, "Email address", *assignments]
+    rows = []
+    for p in people:
+        first, last = p.get("first_name", ""), p.get("last_name", "")
+        if not first and not last and p.get("name"):  # "Last, First" (Canvas's) or "First Last"
+            last, comma, first = p["name"].partition(",")
+            if not comma:
+                first, _, last = p["name"].partition(" ")
+        first, last = first.strip(), last.strip()
+        ident = p.get("idnumber", "") if use_idnumber else (p.get("username") or p["student_id"])
+        scores = [score(p["student_id"], a) for a in assignments]
+        rows.append([first, last, ident, p.get("email", ""), *scores])
+    return header, rows
+
+
+def _wide(people, assignments, results, score, canvas_ids, by_key, missing_as_zero):
+    tests: dict[str, list[str]] = {a: [] for a in assignments}
+    for r in results:
+        for t in r.get("tests", []):
+            column = t["grade_id"] if t["notebook"] == r["assignment"] else f"{t['notebook']}:{t['grade_id']}"
+            if column not in tests[r["assignment"]]:
+                tests[r["assignment"]].append(column)
+    for r in results:  # the tests' points are before the late penalty, so show it where there is one
+        if r.get("penalty") and "penalty" not in tests[r["assignment"]]:
+            tests[r["assignment"]].append("penalty")
+    extra = [k for k in ("name", "email", "section") if any(p.get(k) for p in people)]
+    header = ["student_id", *extra, *assignments, *[f"{a}:{c}" for a in assignments for c in tests[a]]]
+    rows = []
+    for p in people:
+        cells = [p["student_id"], *[p.get(k, "") for k in extra]]
+        cells += [score(p["student_id"], a) for a in assignments]
+        for a in assignments:
+            result = by_key.get((p["student_id"], a))
+            points = {} if result is None else {
+                (t["grade_id"] if t["notebook"] == a else f"{t['notebook']}:{t['grade_id']}"): t["points"]
+                for t in result.get("tests", [])}
+            if result is not None:
+                points["penalty"] = result.get("penalty") or 0
+            empty = 0 if result is None and missing_as_zero else ""
+            cells += [_number(points[c]) if c in points else empty for c in tests[a]]
+        rows.append(cells)
+    return header, rows
+
+
+def _number(value: Any) -> int | float:
+    value = float(value)
+    return int(value) if value.is_integer() else round(value, 4)
