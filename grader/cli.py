@@ -133,7 +133,7 @@ def _autograde(args: argparse.Namespace) -> int:
     from grader.course_cli import course_grade_options
 
     if (args.submitted is None) == (args.watch is None):
-        raise UsageError("give a SUBMITTED folder, or --watch INBOUND (not both)")
+        raise UsageError("give either a SUBMITTED folder or --watch INBOUND")
     for folder, what in ((args.submitted or args.watch, "submitted folder"), (args.source, "source")):
         if not folder.is_dir():
             raise UsageError(f"the {what} {folder} is not a directory")

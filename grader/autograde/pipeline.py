@@ -50,7 +50,7 @@ from grader.autograde.submissions import (
 )
 from grader.deadlines import TIMESTAMP_FILE, LatePolicy, read_timestamp
 
-QUIET = logging.getLogger("grader.late_penalties")  # nbgrader's plugin logs every late notebook
+QUIET = logging.getLogger("attention-course: late penalties")  # nbgrader's plugin logs every late notebook
 QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
 
