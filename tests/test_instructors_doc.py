@@ -1,0 +1,239 @@
+"""INSTRUCTORS.md, run: every command of its fenced shell blocks, in order, in a temporary course.
+
+The page is the instructor's walk through a term, and this test is that term, with two
+students (``ann``, who solves the notebook, and ``bob``, who hands in the stub) and an
+exchange in a temporary folder. How the blocks are run:
+
+- a ``bash`` block is the instructor's: it runs with ``bash -e`` in a copy of this checkout
+  (the clone the page talks about), with this virtualenv's tools first on PATH; only
+  ``python -m grader release`` needs the copy to be a checkout of its own (it writes
+  ``chapters/`` and the learner's data beside the package it runs from), so a block holding
+  it gets PYTHONPATH pointing at the copy, and never writes into this checkout;
+- a ``bash student`` block runs once for each student, in that student's home, whose
+  ``nbgrader_config.py`` (written here, as a hub's image would) names the exchange, the
+  student's cache and id; before ``nbgrader submit``, ann's notebook is replaced by a
+  solved one (what "works on the notebook" stands for);
+- a ``bash service`` block keeps running: it is started in the background, checked once
+  it is up (the watcher says "watching"; formgrader's printed URL answers with the
+  gradebook), and stopped with SIGINT before the next instructor block, which it must
+  survive with exit status 0;
+- the ``python`` block (the JupyterHub service) is executed against a traitlets Config and
+  its command parsed by the grader's own argument parser.
+
+Two substitutions make the page's paths the test's: the exchange ``/srv/nbgrader/exchange``
+is a temporary folder, and formgrader's port is a free one. Three commands are not run, each
+for the reason in ``NOT_RUN``; the test fails if any of them is no longer on the page, so
+the list cannot rot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.paths import ROOT
+from tests.notebook_runner import solved_notebook
+
+pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03,
+              pytest.mark.xdist_group("instructors")]
+
+A = "03_scaled_dot_product"
+EXCHANGE = "/srv/nbgrader/exchange"
+STUDENTS = ("ann", "bob")
+BIN = Path(sys.executable).parent
+NOT_RUN = {  # a line's beginning -> why this test does not run it
+    "make test": "it runs this test suite",
+    "source .venv/bin/activate": "the test puts the virtualenv's tools first on PATH itself",
+    'pip install "attention-learner @': "a learner's command, which needs the network",
+}
+FENCE = re.compile(r"^( *)```(\w[^\n]*)\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(info string, body) of every fenced block that has an info string, in order."""
+    return [(m.group(2).strip(), textwrap.dedent(m.group(3))) for m in FENCE.finditer(text)]
+
+
+def without_skipped(body: str, seen: set[str]) -> str:
+    kept = []
+    for line in body.splitlines():
+        prefix = next((p for p in NOT_RUN if line.strip().startswith(p)), None)
+        if prefix is None:
+            kept.append(line)
+        else:
+            seen.add(prefix)
+    return "\n".join(kept) + "\n"
+
+
+class Term:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clone = root / "clone"
+        self.exchange = root / "exchange"
+        self.exchange.mkdir()
+        self.exchange.chmod(0o777)
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.split("\0")
+        for name in filter(None, listed):
+            source = ROOT / name
+            if source.is_file() and not source.is_symlink():
+                (self.clone / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, self.clone / name)
+        self.homes = {}
+        for student in STUDENTS:
+            home = root / "students" / student
+            home.mkdir(parents=True)
+            (home / "nbgrader_config.py").write_text("\n".join([
+                "c = get_config()", f"c.Exchange.root = {str(self.exchange)!r}",
+                f"c.Exchange.cache = {str(home / '.cache')!r}",
+                f"c.CourseDirectory.student_id = {student!r}"]) + "\n")
+            self.homes[student] = home
+        self.services: list[tuple[subprocess.Popen, Path, str]] = []
+        self.fetches = 0
+
+    def env(self, home: Path, **extra: str) -> dict[str, str]:
+        return dict(os.environ, PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""), HOME=str(home),
+                    **extra)
+
+    def substitute(self, body: str) -> str:
+        return body.replace(EXCHANGE, str(self.exchange)).replace("--port 8890", "--port 0")
+
+    def instructor(self, body: str) -> None:
+        self.stop_services()
+        extra = {"PYTHONPATH": f"{self.clone}{os.pathsep}{self.clone / 'learner'}"} \
+            if "grader release" in body else {}
+        home = self.root / "instructor"
+        home.mkdir(exist_ok=True)
+        run = subprocess.run(["bash", "-e", "-c", self.substitute(body)], cwd=self.clone, capture_output=True,
+                             text=True, env=self.env(home, **extra), timeout=900)  # fmt: skip
+        assert run.returncode == 0, (f"{body}\n--- stdout\n{run.stdout[-3000:]}\n"
+                                     f"--- stderr\n{run.stderr[-3000:]}")
+
+    def student(self, body: str) -> None:
+        if "nbgrader fetch_feedback" in body:
+            self.wait_for_watcher()
+        for student, home in self.homes.items():
+            if "nbgrader submit" in body and student == "ann":
+                nbformat.write(solved_notebook(A), home / A / f"{A}.ipynb")
+            run = subprocess.run(["bash", "-e", "-c", self.substitute(body)], cwd=home, capture_output=True,
+                                 text=True, env=self.env(home), timeout=300)  # fmt: skip
+            assert run.returncode == 0, f"{student}: {body}\n{run.stderr[-3000:]}"
+        if "nbgrader fetch_feedback" in body:
+            self.fetches += 1
+            for student, home in self.homes.items():
+                pages = sorted((home / A / "feedback").rglob("*.html"))
+                assert pages, f"{student} fetched no feedback"
+                text = pages[-1].read_text()
+                other = next(s for s in STUDENTS if s != student)
+                assert f"<code>{student}</code>" in text and f"<code>{other}</code>" not in text
+
+    def service(self, body: str) -> None:
+        log = self.root / f"service{len(self.services)}.log"
+        with open(log, "w") as handle:
+            process = subprocess.Popen(["bash", "-c", self.substitute(body)], cwd=self.clone, stdout=handle,
+                                       stderr=subprocess.STDOUT, env=self.env(self.root / "instructor"),
+                                       start_new_session=True)  # fmt: skip
+        self.services.append((process, log, body))
+        if "--watch" in body:
+            self.wait(lambda: "watching" in log.read_text(), process, log, "the watcher to start")
+        elif "formgrader" in body:
+            address = re.compile(r"http://127\.0\.0\.1:\d+/formgrader\?token=\w+")
+            found = self.wait(lambda: address.search(log.read_text()), process, log, "formgrader's address")
+            url = found.group(0)
+            self.check_formgrader(url)
+        else:
+            pytest.fail(f"a service block the test does not know how to check: {body}")
+
+    def check_formgrader(self, url: str) -> None:
+        base, token = url.split("/formgrader?token=")
+        def get(path: str):
+            request = urllib.request.Request(base + path, headers={"Authorization": f"token {token}"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())
+        assert A in {a["name"] for a in get("/formgrader/api/assignments")}  # Manage Assignments
+        submitted = {s["student"] for s in get(f"/formgrader/api/submitted_notebooks/{A}/{A}")}
+        assert submitted == set(STUDENTS)  # Manual Grading
+
+    def wait_for_watcher(self) -> None:
+        for process, log, body in self.services:
+            if "--watch" in body:
+                self.wait(lambda log=log: all(f"{s}+{A}: graded" in log.read_text() for s in STUDENTS),
+                          process, log, "the watcher to grade both students")
+
+    @staticmethod
+    def wait(condition, process: subprocess.Popen, log: Path, what: str, seconds: float = 240.0):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = condition()
+            if found:
+                return found
+            if process.poll() is not None:
+                pytest.fail(f"exited ({process.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+    def stop_services(self) -> None:
+        while self.services:
+            process, log, body = self.services.pop()
+            os.killpg(process.pid, signal.SIGINT)
+            code = process.wait(timeout=60)
+            assert code == 0, f"{body}\nstopped with exit status {code}:\n{log.read_text()[-3000:]}"
+
+
+def jupyterhub_service(body: str) -> None:
+    """The page's jupyterhub_config.py: the service runs the grader's own watch command."""
+    from traitlets.config import Config
+
+    from grader.cli import build_parser
+    from grader.course_cli import exchange_course
+
+    c = Config()
+    exec(compile(body, "jupyterhub_config.py", "exec"), {"c": c})
+    (service,) = c.JupyterHub.services
+    assert {"name", "command", "user"} <= set(service)
+    command = service["command"]
+    assert command[1:3] == ["-m", "grader"]
+    args = build_parser().parse_args(command[3:])
+    assert args.command == "autograde" and args.watch and args.out and args.exchange
+    assert exchange_course(args.watch, args.exchange)[0] == "attention"
+
+
+def test_every_command_of_instructors_md_runs(tmp_path):
+    term = Term(tmp_path)
+    seen: set[str] = set()
+    counts = {"bash": 0, "bash student": 0, "bash service": 0, "python": 0}
+    try:
+        for info, body in blocks((ROOT / "INSTRUCTORS.md").read_text(encoding="utf-8")):
+            if info not in counts:
+                continue
+            counts[info] += 1
+            if info == "python":
+                jupyterhub_service(body)
+                continue
+            body = without_skipped(body, seen)
+            if not body.strip():
+                continue
+            {"bash": term.instructor, "bash student": term.student, "bash service": term.service}[info](body)
+        term.stop_services()
+    finally:
+        for process, _log, _body in term.services:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert seen == set(NOT_RUN), f"no longer on the page, drop from NOT_RUN: {set(NOT_RUN) - seen}"
+    assert counts["bash service"] == 2 and counts["python"] == 1 and term.fetches == 2, counts
+    grading = term.clone / "grading"
+    assert (grading / "grades.csv").is_file() and (term.clone / "canvas_grades.csv").is_file()
+    assert (term.clone / "similarity" / "similarity.html").is_file()
+    assert not any(ROOT.glob("grading")) and not (ROOT / "course").exists()  # the page ran in the copy
