@@ -19,13 +19,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from book_figures.style import BOOK_STYLE, MAX_WIDTH, new_figure
+from book_figures.style import BOOK_STYLE, MAX_WIDTH, MIN_FONT, new_figure
 
 # Tick labels: one sequence for every panel, or one sequence per panel.
 Labels = Sequence[str] | Sequence[Sequence[str]]
 
 # Largest side of one heatmap cell, in inches (small matrices would otherwise be huge).
-MAX_CELL = 0.42
+MAX_CELL = 0.5
+# Width of one character of a MIN_FONT tick label, in inches (DejaVu Sans, about 0.6 em).
+CHAR = 0.6 * MIN_FONT / 72
 
 
 def show_heatmaps(
@@ -47,18 +49,20 @@ def show_heatmaps(
     other (for example one per head), each with its own title. ``row_labels`` and
     ``col_labels`` are either one sequence of labels for every panel or one sequence per
     panel (panels that show different sentences carry their own words). Colours run from 0 to
-    ``vmax`` (1, the range of a softmax weight, unless told otherwise) and one colorbar
-    serves every panel. ``annotate`` writes each weight in its cell. ``size`` is the height
-    of one panel in inches before the labels; the width follows the number of keys and
-    never exceeds ``MAX_WIDTH``.
+    ``vmax`` (1, the range of a softmax weight, unless told otherwise) and one horizontal
+    colorbar under the panels serves every panel, so that the keys get the whole width.
+    ``annotate`` writes each weight in its cell. ``size`` is the height of one panel in
+    inches before the labels; the width follows the number of keys and never exceeds
+    ``MAX_WIDTH``. Column labels stand upright (rotated 90 degrees) so that neighbours never
+    overlap.
     """
     panels = _stack_panels(weights)  # (p, n_q, n_k)
     p, n_q, n_k = panels.shape
     rows = _labels_per_panel(row_labels, p, n_q, "row_labels")
     cols = _labels_per_panel(col_labels, p, n_k, "col_labels")
-    figsize = _heatmap_figure_size(
-        p, n_q, n_k, size, has_col_labels=col_labels is not None, has_titles=titles is not None
-    )
+    longest_row = max((len(str(label)) for panel in rows if panel for label in panel), default=2)
+    longest_col = max((len(str(label)) for panel in cols if panel for label in panel), default=2)
+    figsize = _heatmap_figure_size(p, n_q, n_k, size, longest_row, longest_col, titles is not None)
     with mpl.rc_context(BOOK_STYLE):
         fig = new_figure(figsize)
         axes = fig.subplots(p, 1, squeeze=False)
@@ -70,7 +74,8 @@ def show_heatmaps(
                 ax.set_title(titles[i])
             if annotate:
                 _write_cell_values(ax, panels[i], vmax=vmax)
-        fig.colorbar(image, ax=column.tolist(), shrink=min(1.0, 0.9 / p + 0.3), label=colorbar_label)
+        fig.colorbar(image, ax=column.tolist(), orientation="horizontal", location="bottom",
+                     fraction=0.9 / (p * (n_q + 4)), aspect=30, shrink=0.8, label=colorbar_label)
     return fig
 
 
@@ -101,20 +106,21 @@ def _labels_per_panel(labels: Labels | None, p: int, n: int, name: str) -> list[
 
 
 def _heatmap_figure_size(
-    p: int, n_q: int, n_k: int, size: float, has_col_labels: bool, has_titles: bool
+    p: int, n_q: int, n_k: int, size: float, longest_row: int, longest_col: int, has_titles: bool
 ) -> tuple[float, float]:
-    """(width, height) in inches of ``p`` stacked (n_q, n_k) heatmaps with one colorbar.
+    """(width, height) in inches of ``p`` stacked (n_q, n_k) heatmaps and a colorbar under them.
 
     Each cell gets the same budget across and down: at most ``MAX_CELL`` inches, small
     enough that ``n_q`` rows fit in ``size`` inches and ``n_k`` columns fit in ``MAX_WIDTH``
-    beside the labels and colorbar.
-    Rotated column labels and titles need more room under and above each panel.
+    beside the row labels (``longest_row`` characters) and the axis label. Upright column
+    labels of ``longest_col`` characters and titles need room under and above each panel.
     """
-    cell = min(MAX_CELL, size / max(n_q, 1), (MAX_WIDTH - 2.6) / max(n_k, 1))  # inches per cell
-    label_room = 1.4 if has_col_labels else 0.8
-    title_room = 0.4 if has_titles else 0.1
-    width = min(MAX_WIDTH, n_k * cell + 2.8)  # 2.8 in: y labels, colorbar and its label
-    height = p * (n_q * cell + label_room + title_room) + 0.2
+    row_room = longest_row * CHAR + 0.55  # row labels and the y-axis label
+    cell = min(MAX_CELL, size / max(n_q, 1), (MAX_WIDTH - row_room - 0.15) / max(n_k, 1))
+    label_room = longest_col * CHAR + 0.45  # upright column labels and the x-axis label
+    title_room = 0.35 if has_titles else 0.1
+    width = min(MAX_WIDTH, n_k * cell + row_room + 0.15)
+    height = p * (n_q * cell + label_room + title_room) + 0.85  # + the colorbar and its label
     return width, height
 
 
@@ -141,7 +147,7 @@ def _label_heatmap(
     ax.set_xticks(range(n_k))
     ax.set_yticks(range(n_q))
     if col_labels is not None:
-        ax.set_xticklabels(col_labels, rotation=60, ha="right", rotation_mode="anchor")
+        ax.set_xticklabels(col_labels, rotation=90)
     if row_labels is not None:
         ax.set_yticklabels(row_labels)
     ax.set_ylabel(ylabel)
@@ -149,13 +155,24 @@ def _label_heatmap(
 
 
 def _write_cell_values(ax: Axes, weights: np.ndarray, vmax: float) -> None:
-    """Write each entry of the (n_q, n_k) ``weights`` in its cell, to two decimals.
+    """Write each entry of the (n_q, n_k) ``weights`` in its cell: ".75", and "0" or "1".
 
-    The text is white on cells darker than 60 % of ``vmax`` and black elsewhere.
+    Two decimals without the leading zero fit a cell at ``MIN_FONT`` points. The text is
+    white on cells darker than 60 % of ``vmax`` and black elsewhere.
     """
     n_q, n_k = weights.shape
     for r in range(n_q):
         for c in range(n_k):
             value = weights[r, c]
             colour = "white" if value > 0.6 * vmax else "black"
-            ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=10, color=colour)
+            ax.text(c, r, cell_text(value), ha="center", va="center", fontsize=MIN_FONT, color=colour)
+
+
+def cell_text(value: float) -> str:
+    """A weight in a heatmap cell: "0" and "1" when they round to it, else ".75" or "-.25"."""
+    text = f"{value:.2f}"
+    if text in ("0.00", "-0.00"):
+        return "0"
+    if text == "1.00":
+        return "1"
+    return text.replace("0.", ".", 1)

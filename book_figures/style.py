@@ -1,10 +1,16 @@
 """The book's figure style: sizes and fonts that stay readable on a phone.
 
-A figure is scaled to the width of the text column, about 350 px on a 390 px phone, so the
-book's figures are at most ``MAX_WIDTH`` inches wide, use large fonts (``BOOK_STYLE``, set
-for a whole page by ``use_book_style``) and stack several panels vertically instead of side
-by side. Axes that count things (positions, keys, steps) get integer ticks
-(``integer_ticks``).
+A figure is scaled down to the width of the text column, 342 px on a 390 px phone. A
+figure of ``MAX_WIDTH`` inches (480 px at 100 dpi) is then shown at 71 % of its size, and
+text of ``MIN_FONT`` points at about 9.6 points: every text of a book figure is at least
+``MIN_FONT`` points (``BOOK_STYLE``, set for a whole page by ``use_book_style``), figures are
+at most ``MAX_WIDTH`` wide and stack several panels vertically instead of side by side.
+Axes that count things (positions, keys, steps) get integer ticks (``integer_ticks``).
+
+The proof is in the PNG: in a Jupyter kernel, ``use_book_style`` makes every figure display
+as a PNG that records the size of its smallest text (``SMALLEST_FONT_KEY``, a PNG text
+chunk, measured by ``smallest_font_pt`` on the drawn figure) and its resolution
+(``DPI_KEY``), and ``tests/test_browser.py`` turns them into the size a reader sees at 390 px.
 
 How a figure reaches the page, in a Jupyter kernel. matplotlib's inline backend is loaded
 lazily, by the first figure pyplot creates; loaded inside the ``rc_context`` of a helper, it
@@ -18,27 +24,33 @@ draws with pyplot itself end their cell with ``plt.show()``.
 
 from __future__ import annotations
 
+import io
 from typing import Literal
 
 import matplotlib as mpl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
-# Widest figure, in inches: at matplotlib's 100 dpi a 6.4-inch figure is 640 px, shown at
-# a little over half size on a phone, where 13-point text is still about 10 px high.
-MAX_WIDTH = 6.4
+# Widest figure, in inches, and smallest text, in points (see the module docstring).
+MAX_WIDTH = 4.8
+MIN_FONT = 13.0
+DPI = 100
+SMALLEST_FONT_KEY = "Book smallest font (pt)"
+DPI_KEY = "Book dpi"
 
 BOOK_STYLE = {
     "font.size": 14,
     "axes.titlesize": 14,
     "axes.labelsize": 14,
-    "xtick.labelsize": 13,
-    "ytick.labelsize": 13,
-    "legend.fontsize": 12,
+    "xtick.labelsize": MIN_FONT,
+    "ytick.labelsize": MIN_FONT,
+    "legend.fontsize": MIN_FONT,
+    "legend.title_fontsize": MIN_FONT,
     "figure.titlesize": 15,
-    "figure.dpi": 100,
-    "savefig.dpi": 100,
+    "figure.dpi": DPI,
+    "savefig.dpi": DPI,
     "axes.spines.top": False,
     "axes.spines.right": False,
 }
@@ -55,7 +67,7 @@ def use_book_style() -> None:
 
 
 def _load_inline_backend() -> None:
-    """``%matplotlib inline`` when running in a Jupyter kernel, else nothing."""
+    """``%matplotlib inline`` and the book's PNG display, in a Jupyter kernel; else nothing."""
     try:
         from IPython import get_ipython
     except ImportError:  # matplotlib without IPython: nothing to display to
@@ -63,6 +75,29 @@ def _load_inline_backend() -> None:
     shell = get_ipython()
     if shell is not None and hasattr(shell, "kernel"):
         shell.run_line_magic("matplotlib", "inline")
+        shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
+
+
+def smallest_font_pt(fig: Figure) -> float:
+    """The size, in points, of the smallest visible non-empty text of ``fig`` once drawn."""
+    fig.draw_without_rendering()  # tick labels get their text when drawn
+    sizes = []
+    for text in fig.findobj(Text):
+        if not (text.get_visible() and text.get_text().strip()):
+            continue  # hidden, or empty (a minor tick's label, an unused title)
+        if text.axes is not None and not text.axes.get_visible():
+            continue
+        sizes.append(text.get_fontsize())
+    return float(min(sizes)) if sizes else float("inf")
+
+
+def figure_png(fig: Figure) -> bytes:
+    """``fig`` as the PNG a page shows (tight bounding box), recording its smallest text size."""
+    smallest = smallest_font_pt(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight",
+                metadata={SMALLEST_FONT_KEY: f"{smallest:.2f}", DPI_KEY: str(DPI)})
+    return buffer.getvalue()
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:

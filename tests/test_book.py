@@ -399,3 +399,16 @@ def test_a_figure_that_does_not_render_fails_the_build_and_alt_texts_get_glued_v
     assert code == 0, log[-3000:]
     page = (tmp_path / "fixed" / "_build" / "html" / "page.html").read_text(encoding="utf-8")
     assert re.search(r'<img[^>]+alt="A heatmap whose largest weight is 0.12, glued."', page), page[-3000:]
+
+
+def test_the_sidebar_names_each_chapter_as_the_landing_page_does(built_book):
+    intro = (ROOT / "intro.md").read_text(encoding="utf-8")
+    entries = re.findall(r"^(\d+)\. \*\*(.+?)\*\* \(\[start reading\]\(([^)]+)\.md\)\)", intro, re.M)
+    page = (built_book / "intro.html").read_text(encoding="utf-8")
+    sidebar = page[page.find('bd-sidenav">'):]
+    links = {
+        href: re.sub(r"<[^>]+>", "", text).strip()
+        for href, text in re.findall(r'<a class="reference internal" href="([^"]+)">(.*?)</a>', sidebar, re.S)
+    }
+    for number, title, target in entries:
+        assert links.get(f"{target}.html") == f"{number}. {title}", (target, links.get(f"{target}.html"))

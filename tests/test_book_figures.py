@@ -61,3 +61,49 @@ def test_helper_figures_are_not_tracked_by_pyplot():
     assert plt.get_fignums() == []
     for fig in figures:
         assert fig.get_layout_engine() is not None  # constrained layout, as the pages expect
+
+
+def test_the_transformer_drawing_names_the_course_modules_and_the_three_attention_types():
+    from matplotlib.text import Text
+
+    from book_figures import ATTENTION_TYPES, draw_transformer
+
+    fig = draw_transformer()
+    texts = " ".join(t.get_text() for t in fig.findobj(Text))
+    for name in ("EncoderLayer.self_attn", "DecoderLayer.self_attn", "DecoderLayer.cross_attn",
+                 "positional_encoding", "causal_mask", "source padding", "target padding", "memory"):
+        assert name in texts, name
+    badges = [t.get_text() for t in fig.findobj(Text) if t.get_text() in {"1", "2", "3"}]
+    assert sorted(badges) == sorted(str(n) for n in ATTENTION_TYPES) == ["1", "2", "3"]
+
+
+def test_every_helper_writes_text_of_at_least_the_book_minimum():
+    from book_figures import draw_transformer
+    from book_figures.style import MIN_FONT, smallest_font_pt
+
+    heatmap = show_heatmaps(np.full((2, 3, 4), 0.25), row_labels=list("abc"), col_labels=list("wxyz"),
+                            titles=["one", "two"], annotate=True)
+    assert smallest_font_pt(heatmap) >= MIN_FONT
+    assert smallest_font_pt(plot_weights_bar(np.array([0.2, 0.8]), ["a", "b"], title="t")) >= MIN_FONT
+    assert smallest_font_pt(plot_position_changes({"x": np.zeros(3)}, ["a", "b", "c"], cut=0)) >= MIN_FONT
+    assert smallest_font_pt(draw_transformer()) >= 12.5  # a drawing 4.55 inches wide
+
+
+def test_a_figure_png_records_its_smallest_text_and_the_browser_rule_reads_it(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from book_figures.style import DPI_KEY, SMALLEST_FONT_KEY, figure_png, new_figure
+    from tests.test_browser import figure_text_pt
+
+    fig = new_figure((6.4, 3.0))
+    ax = fig.subplots()
+    ax.set_title("a title", fontsize=14)
+    ax.text(0.5, 0.5, "small print", fontsize=8)
+    png = figure_png(fig)
+    image = Image.open(io.BytesIO(png))
+    assert image.text[SMALLEST_FONT_KEY] == "8.00" and image.text[DPI_KEY] == "100"
+    (tmp_path / "f.png").write_bytes(png)
+    # shown 320 px wide out of 640: 8 pt * 100 dpi / 96 px per inch * 0.5
+    assert abs(figure_text_pt(tmp_path / "f.png", 640, 320) - 8 * 100 / 96 * 0.5) < 1e-9

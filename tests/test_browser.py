@@ -8,7 +8,11 @@ phone width (390 px), and the test asserts what a reader would otherwise find by
 - math typeset by the MathJax copy shipped with the site: no raw ``$``, ``\\(`` or TeX left in
   the text, no MathJax error, no display equation wider than the text column at 1280 px;
 - no raw Markdown pipe table and no unrendered MyST directive or role in the text;
-- no horizontal overflow at 390 px, except inside a scroll container the theme provides;
+- no horizontal overflow at 390 px, except inside a scroll container the theme provides
+  (tables and code scroll inside their own box);
+- every figure's text at least ``MIN_FIGURE_PT`` points as shown at 390 px: the smallest
+  text size the build recorded in the figure's PNG (``book_figures.style.figure_png``),
+  scaled by the width the figure is displayed at;
 - every image with a real alt text (not empty, not a hashed file name);
 - every internal link (and its ``#fragment``) resolving to a built file.
 
@@ -44,6 +48,7 @@ pytestmark = [
 ]
 
 WIDTHS = {"desktop": 1280, "phone": 390}
+MIN_FIGURE_PT = 9.0  # the smallest text a figure may show a reader, in points
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = [
     "--headless",
@@ -115,7 +120,9 @@ return JSON.stringify({
   wideMath: wideMath,
   images: [...document.querySelectorAll("img")].map((img) => ({
     src: img.getAttribute("src"), alt: img.getAttribute("alt"),
-    shown: img.getBoundingClientRect().width > 0})),
+    shown: img.getBoundingClientRect().width > 0,
+    url: img.src, natural: img.naturalWidth, displayed: img.getBoundingClientRect().width,
+    inFigure: img.closest("figure") !== null})),
   links: [...document.querySelectorAll("a[href]")].map((a) => a.href),
 });
 """
@@ -236,6 +243,39 @@ def _broken_links(links: list[str], page_url: str, base: str, html_dir: Path) ->
     return broken
 
 
+def figure_text_pt(png: Path, natural: float, displayed: float) -> float | None:
+    """The smallest text of a book figure, in points, as shown ``displayed`` px wide.
+
+    None if the PNG does not record it. The PNG's ``dpi`` pixels make an inch, a CSS pixel is
+    1/96 inch on screen, and the image is scaled by ``displayed / natural``.
+    """
+    from PIL import Image
+
+    from book_figures.style import DPI_KEY, SMALLEST_FONT_KEY
+
+    with Image.open(png) as image:
+        text = getattr(image, "text", {})
+    if SMALLEST_FONT_KEY not in text or DPI_KEY not in text or not natural:
+        return None
+    return float(text[SMALLEST_FONT_KEY]) * float(text[DPI_KEY]) / 96 * (displayed / natural)
+
+
+def small_figure_text(images: list[dict], base: str, html_dir: Path) -> list[str]:
+    """Problems with the text size of the page's figures (see ``figure_text_pt``)."""
+    problems = []
+    for image in images:
+        if not image["inFigure"] or not image["url"].startswith(base):
+            continue
+        png = html_dir / unquote(urlparse(image["url"]).path[len(urlparse(base).path):])
+        size = figure_text_pt(png, image["natural"], image["displayed"])
+        if size is None:
+            problems.append(f"figure {image['src']} does not record its smallest text size")
+        elif size < MIN_FIGURE_PT:
+            problems.append(f"figure {image['src']}: its smallest text is {size:.1f} pt as shown "
+                            f"({image['displayed']:.0f} px of {image['natural']} px)")
+    return problems
+
+
 def inspect(driver, url: str, html_dir: Path, base: str, page: str, width_name: str) -> list[str]:
     """Load one page at one width and return the problems a reader would see."""
     import json
@@ -263,6 +303,7 @@ def inspect(driver, url: str, html_dir: Path, base: str, page: str, width_name: 
         if seen["pageWidth"] > seen["viewport"] + 1:
             problems.append(f"the page is {seen['pageWidth']} px wide in a {seen['viewport']} px viewport")
         problems += [f"overflows the phone screen: {what}" for what in seen["overflowing"][:5]]
+        problems += small_figure_text(seen["images"], base, html_dir)
     else:
         problems += [f"display equation wider than the column: {what}" for what in seen["wideMath"]]
     for image in seen["images"]:
@@ -310,6 +351,22 @@ def test_the_inspection_sees_defects(browser, book_url, tmp_path):
     assert seen["overflowing"] and seen["pageWidth"] > seen["viewport"]
     assert any(HASHED.search(image["alt"]) for image in seen["images"])
     assert _console_errors(browser), "the deliberate ReferenceError was not seen"
+
+    # a figure whose text is too small at 390 px, and one that does not say how small
+    from book_figures.style import figure_png, new_figure
+
+    fig = new_figure((6.4, 2.0))
+    fig.text(0.5, 0.5, "small print", fontsize=8)
+    (tmp_path / "small.png").write_bytes(figure_png(fig))
+    fig.savefig(tmp_path / "silent.png")
+    figures = tmp_path / "figures.html"
+    figures.write_text("<html><body><figure><img src='small.png' alt='a figure with small print'>"
+                       "</figure><figure><img src='silent.png' alt='a figure without its record'>"
+                       "</figure></body></html>", encoding="utf-8")
+    browser.get(figures.as_uri())
+    seen = json.loads(browser.execute_script(INSPECT_PAGE))
+    problems = small_figure_text(seen["images"], tmp_path.as_uri() + "/", tmp_path)
+    assert len(problems) == 2 and "smallest text is" in problems[0] and "does not record" in problems[1]
 
 
 def test_math_renders_from_disk_without_a_server(browser, built_book):

@@ -257,3 +257,22 @@ def test_the_executed_rule_sees_missing_and_undeclared_figures():
         "code cell 6 draws a figure but declares no mystnb.figure (caption, name)",
         "code cell 8 (fig-8) shows 2 images instead of one",
     ]
+
+
+def first_heading(page: Path) -> str:
+    """The ``# Title`` a page starts with (the title the sidebar shows)."""
+    cell = read_page(page).cells[0] if is_myst_notebook(page) else None
+    text = cell.source if cell is not None else page.read_text(encoding="utf-8")
+    match = re.search(r"^#\s+(.+?)\s*$", text, re.M)
+    assert match, f"{page.name} has no '# Title'"
+    return match.group(1)
+
+
+def test_chapter_titles_agree_between_the_landing_page_and_the_chapters():
+    """intro.md's road map names each chapter as its first page does (and so as the sidebar)."""
+    intro = (ROOT / "intro.md").read_text(encoding="utf-8")
+    entries = re.findall(r"^\d+\. \*\*(.+?)\*\* \(\[start reading\]\(([^)]+)\)\)", intro, re.M)
+    assert len(entries) >= 7, entries
+    differ = [(title, first_heading(ROOT / target)) for title, target in entries
+              if title != first_heading(ROOT / target)]
+    assert not differ, f"landing page title vs chapter page title: {differ}"
