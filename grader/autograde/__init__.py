@@ -15,7 +15,11 @@ The pieces, in the order a submission meets them:
 - ``delegation``: which solutions hand their exercise to an implementation of it;
 - ``scoring``: the rules that turn a finished job into each test's points (pure functions);
 - ``results``: the typed records (``TestResult``, ``SubmissionResult``, ``Summary``, exit codes);
-- ``pipeline``: the run itself: prepare, schedule, score, save;
+- ``pipeline``: the run itself: prepare, schedule, score, save; ``session``: one gradebook,
+  executor and prepared sources kept open across batches (``grader.watch`` grades on submit);
+- ``course_dir`` and ``feedback``: OUT as an nbgrader course directory (``source/``,
+  ``feedback/`` in nbgrader's layout, delivered through the exchange); ``permissions``: the
+  modes of what a run writes;
 - ``gradebook``: nbgrader's gradebook preprocessors, sharing one open gradebook;
 - ``reports``: results.json, feedback.html and grades.csv.
 
