@@ -368,3 +368,23 @@ def test_the_training_budget_is_zero_when_graded_and_outside_a_kernel(monkeypatc
     assert cases.training_budget(60) == 7.0
     monkeypatch.setattr(recording, "_recorder", recording.Recorder())
     assert cases.training_budget(60) == 0.0  # graded: never trains, whatever the variable says
+
+
+@pytest.mark.parametrize(
+    "kind,theirs",
+    [
+        ("sgd", lambda p: torch.optim.SGD(p, lr=0.1)),
+        ("momentum", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
+        ("adam", lambda p: torch.optim.Adam(p, lr=0.1)),
+    ],
+)
+def test_the_cases_optimizers_compute_what_torch_optim_computes(kind, theirs):
+    inputs = cases.make_train_inputs(np.random.default_rng(7), optimizer=kind, lr=0.1, steps=4)
+    ours_model, theirs_model = cases.toy_model(inputs), cases.toy_model(inputs)
+    ours = cases.make_optimizer(kind, ours_model.parameters(), 0.1)
+    reference = theirs(theirs_model.parameters())
+    for src, tgt in inputs["batches"]:
+        src, tgt = torch.from_numpy(src.copy()), torch.from_numpy(tgt.copy())
+        train_step(ours_model, ours, src, tgt, inputs["pad_id"], inputs["bos_id"])
+        train_step(theirs_model, reference, src, tgt, inputs["pad_id"], inputs["bos_id"])
+    torch.testing.assert_close(cases.flat_parameters(ours_model), cases.flat_parameters(theirs_model))
