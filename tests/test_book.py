@@ -405,7 +405,8 @@ def test_the_sidebar_names_each_chapter_as_the_landing_page_does(built_book):
     intro = (ROOT / "intro.md").read_text(encoding="utf-8")
     entries = re.findall(r"^(\d+)\. \*\*(.+?)\*\* \(\[start reading\]\(([^)]+)\.md\)\)", intro, re.M)
     page = (built_book / "intro.html").read_text(encoding="utf-8")
-    sidebar = page[page.find('bd-sidenav">'):]
+    start = page.find('bd-sidenav">')
+    sidebar = page[start : page.find("</nav>", start)]  # the left-hand navigation only
     links = {
         href: re.sub(r"<[^>]+>", "", text).strip()
         for href, text in re.findall(r'<a class="reference internal" href="([^"]+)">(.*?)</a>', sidebar, re.S)

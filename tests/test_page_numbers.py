@@ -251,9 +251,9 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
         ("float32, d_model = 256, 4 heads", CODE),
         ("the position t from 32 to 512", CODE),
         ("12 layers of width 768 in float32", CODE),
-        ("(the shape of GPT-2 small)", PAPER),  # Radford et al. (2019)
+        ("(the shape of GPT-2 small,", PAPER),  # Radford et al. (2019)
         ("32 layers of width 4096 in 16-bit floats", CODE),
-        ("(the shape of a 7-billion-parameter model)", PAPER),  # e.g. Llama 2 7B, Touvron et al. (2023)
+        ("(the shape of a 7-billion-parameter model such as Llama 2 7B,", PAPER),  # Touvron et al. (2023)
         ("for 4096 tokens", CODE),
         ("| 12 layers, width 768, float32 |", CODE),
         ("| 32 layers, width 4096, 16-bit |", CODE),

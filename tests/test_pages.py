@@ -276,3 +276,23 @@ def test_chapter_titles_agree_between_the_landing_page_and_the_chapters():
     differ = [(title, first_heading(ROOT / target)) for title, target in entries
               if title != first_heading(ROOT / target)]
     assert not differ, f"landing page title vs chapter page title: {differ}"
+
+
+def test_the_claims_audit_counts_itself_and_covers_every_page():
+    """docs/claims.md: one table row per claim, counted by kind as its header says."""
+    audit = (ROOT / "docs" / "claims.md").read_text(encoding="utf-8")
+    rows = [line for line in audit.splitlines() if re.match(r"^\| (?!claim \||-)", line)]
+    kinds: dict[str, int] = {}
+    for row in rows:
+        shown = row.rstrip(" |").rsplit(" | ", 1)[1]
+        kind = re.match(r"[a-z]+", shown).group(0)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    assert set(kinds) <= {"measured", "derived", "cited", "removed", "limit"}, kinds
+    header = re.search(r"\*\*(.+?)\*\*, (\d+) claims", audit)
+    stated = dict((kind, int(n)) for n_kind in header.group(1).split(", ")
+                  for kind, n in [n_kind.split(" ")])
+    assert stated == kinds and int(header.group(2)) == len(rows), (stated, kinds, len(rows))
+    pages = ["intro.md", "notation.md", "closing.md"]
+    pages += [str(p.relative_to(ROOT)) for p in ROOT.glob("chapters/0[1-7]_*/*.md")]
+    missing = [page for page in pages if f"(`{page}`)" not in audit]
+    assert not missing, f"docs/claims.md does not audit {missing}"
