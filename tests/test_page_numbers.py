@@ -337,7 +337,7 @@ def test_the_number_finder_sees_numbers_and_skips_what_is_not_prose(tmp_path):
 
     text = clean(
         "The model got 93% right after 150 steps ({glue:text}`acc:.1%` measured), "
-        "see `range(0, 64)` and [chapter 1](../01/x.md); $h_3 = W^{2} x_1 + 5$.\n\n"
+        "see `range(0, 64)` and [chapter 1](../01/" "x.md); $h_3 = W^{2} x_1 + 5$.\n\n"
         "```python\nx = 12\n```\n:::{note}\n:class: tip\nIn 20 000 pairs, 1,024 keys and 0.75.\n:::\n"
     )
     assert [n.text for n in stated_numbers(text)] == ["93", "150", "1", "5", "20 000", "1,024", "0.75"]
