@@ -26,8 +26,22 @@ from typing import Any
 
 # pyplot names that draw nothing: state, styles, colour maps, closing figures.
 PYPLOT_NOT_DRAWING = frozenset(
-    {"close", "rcParams", "rc", "rc_context", "rcdefaults", "style", "cm", "get_cmap",
-     "colormaps", "ion", "ioff", "isinteractive", "switch_backend", "get_backend"}
+    {
+        "close",
+        "rcParams",
+        "rc",
+        "rc_context",
+        "rcdefaults",
+        "style",
+        "cm",
+        "get_cmap",
+        "colormaps",
+        "ion",
+        "ioff",
+        "isinteractive",
+        "switch_backend",
+        "get_backend",
+    }
 )
 
 

@@ -78,7 +78,7 @@ def heads_by_column(weights: np.ndarray, row: int, col_labels: Sequence[str]) ->
 
 
 def describe_heads(weights: np.ndarray, row: int, col_labels: Sequence[str]) -> str:
-    """"every head reads car", or "heads 0 and 3 read the, heads 1 and 2 read car"."""
+    """ "every head reads car", or "heads 0 and 3 read the, heads 1 and 2 read car"."""
     groups = heads_by_column(weights, row, col_labels)
     if len(groups) == 1:
         return f"every head reads {next(iter(groups))}"

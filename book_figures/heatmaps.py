@@ -74,8 +74,16 @@ def show_heatmaps(
                 ax.set_title(titles[i])
             if annotate:
                 _write_cell_values(ax, panels[i], vmax=vmax)
-        fig.colorbar(image, ax=column.tolist(), orientation="horizontal", location="bottom",
-                     fraction=0.9 / (p * (n_q + 4)), aspect=30, shrink=0.8, label=colorbar_label)
+        fig.colorbar(
+            image,
+            ax=column.tolist(),
+            orientation="horizontal",
+            location="bottom",
+            fraction=0.9 / (p * (n_q + 4)),
+            aspect=30,
+            shrink=0.8,
+            label=colorbar_label,
+        )
     return fig
 
 

@@ -25,6 +25,8 @@ draws with pyplot itself end their cell with ``plt.show()``.
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from typing import Literal
 
 import matplotlib as mpl
@@ -78,9 +80,14 @@ def _load_inline_backend() -> None:
         shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 
-def smallest_font_pt(fig: Figure) -> float:
-    """The size, in points, of the smallest visible non-empty text of ``fig`` once drawn."""
-    fig.draw_without_rendering()  # tick labels get their text when drawn
+def smallest_font_pt(fig: Figure, draw: bool = True) -> float:
+    """The size, in points, of the smallest visible non-empty text of ``fig`` once drawn.
+
+    Tick labels get their text when the figure is drawn; ``draw=False`` reads a figure that
+    has just been drawn (saved) as it is.
+    """
+    if draw:
+        fig.draw_without_rendering()
     sizes = []
     for text in fig.findobj(Text):
         if not (text.get_visible() and text.get_text().strip()):
@@ -92,12 +99,26 @@ def smallest_font_pt(fig: Figure) -> float:
 
 
 def figure_png(fig: Figure) -> bytes:
-    """``fig`` as the PNG a page shows (tight bounding box), recording its smallest text size."""
-    smallest = smallest_font_pt(fig)
+    """``fig`` as the PNG a page shows (tight bounding box), recording its smallest text size.
+
+    The figure is drawn once, by ``savefig``; the sizes are read from that drawing and written
+    into the PNG as text chunks (``SMALLEST_FONT_KEY``, ``DPI_KEY``).
+    """
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight",
-                metadata={SMALLEST_FONT_KEY: f"{smallest:.2f}", DPI_KEY: str(DPI)})
-    return buffer.getvalue()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    smallest = smallest_font_pt(fig, draw=False)
+    return _with_text_chunks(buffer.getvalue(), {SMALLEST_FONT_KEY: f"{smallest:.2f}", DPI_KEY: str(DPI)})
+
+
+def _with_text_chunks(png: bytes, texts: dict[str, str]) -> bytes:
+    """``png`` with a tEXt chunk per entry of ``texts``, right after its IHDR chunk."""
+    ihdr_end = 8 + 4 + 4 + 13 + 4  # signature, then IHDR: length, type, 13 bytes of data, CRC
+    chunks = b""
+    for key, value in texts.items():
+        data = key.encode("latin-1") + b"\0" + value.encode("latin-1")
+        body = b"tEXt" + data
+        chunks += struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+    return png[:ihdr_end] + chunks + png[ihdr_end:]
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:

@@ -61,10 +61,18 @@ def _height(text: str) -> float:
 def _box(ax: Axes, top: float, text: str, face: str, edge: str) -> float:
     """A rounded box whose top edge is at ``top``; returns its bottom edge."""
     h = _height(text)
-    ax.add_patch(FancyBboxPatch((LEFT, top - h), RIGHT - LEFT, h, boxstyle="round,pad=0,rounding_size=0.08",
-                                facecolor=face, edgecolor=edge, linewidth=1.2))
-    ax.text((LEFT + RIGHT) / 2, top - h / 2, text, ha="center", va="center", fontsize=FONT,
-            linespacing=1.25)
+    ax.add_patch(
+        FancyBboxPatch(
+            (LEFT, top - h),
+            RIGHT - LEFT,
+            h,
+            boxstyle="round,pad=0,rounding_size=0.08",
+            facecolor=face,
+            edgecolor=edge,
+            linewidth=1.2,
+        )
+    )
+    ax.text((LEFT + RIGHT) / 2, top - h / 2, text, ha="center", va="center", fontsize=FONT, linespacing=1.25)
     return top - h
 
 
@@ -74,10 +82,22 @@ def _badge(ax: Axes, x: float, y: float, number: int) -> None:
     ax.text(x, y, str(number), ha="center", va="center", fontsize=FONT, color="white", fontweight="bold")
 
 
-def _arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], colour: str = "0.25",
-           rad: float = 0.0) -> None:
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12, linewidth=1.3,
-                                 color=colour, connectionstyle=f"arc3,rad={rad}", shrinkA=0, shrinkB=0))
+def _arrow(
+    ax: Axes, start: tuple[float, float], end: tuple[float, float], colour: str = "0.25", rad: float = 0.0
+) -> None:
+    ax.add_patch(
+        FancyArrowPatch(
+            start,
+            end,
+            arrowstyle="-|>",
+            mutation_scale=12,
+            linewidth=1.3,
+            color=colour,
+            connectionstyle=f"arc3,rad={rad}",
+            shrinkA=0,
+            shrinkB=0,
+        )
+    )
 
 
 def draw_transformer() -> Figure:
@@ -101,15 +121,24 @@ def draw_transformer() -> Figure:
         for kind, text, number in ROWS:
             if kind == "group":
                 group_top = y
-                ax.text(LEFT - 0.06, y - 0.17, text, ha="left", va="center", fontsize=FONT,
-                        style="italic")  # left of the arrow that enters the block
+                ax.text(
+                    LEFT - 0.06, y - 0.17, text, ha="left", va="center", fontsize=FONT, style="italic"
+                )  # left of the arrow that enters the block
                 y -= heights["group"]
                 continue
             if kind == "end":
-                ax.add_patch(FancyBboxPatch((LEFT - 0.12, y + GAP / 2 - 0.05), RIGHT - LEFT + 0.24,
-                                            group_top - y - GAP / 2 + 0.05,
-                                            boxstyle="round,pad=0,rounding_size=0.1", facecolor="none",
-                                            edgecolor="0.55", linewidth=1.0, linestyle="--"))
+                ax.add_patch(
+                    FancyBboxPatch(
+                        (LEFT - 0.12, y + GAP / 2 - 0.05),
+                        RIGHT - LEFT + 0.24,
+                        group_top - y - GAP / 2 + 0.05,
+                        boxstyle="round,pad=0,rounding_size=0.1",
+                        facecolor="none",
+                        edgecolor="0.55",
+                        linewidth=1.0,
+                        linestyle="--",
+                    )
+                )
                 if text == "memory":
                     memory_from = (RIGHT, y + GAP + 0.2)
                 y -= heights["end"]
@@ -130,11 +159,23 @@ def draw_transformer() -> Figure:
             y = bottom - GAP
         # the memory: the last encoder layer's output, read by every decoder layer's cross_attn
         x_memory = RIGHT + 0.3
-        ax.plot([memory_from[0], x_memory, x_memory], [memory_from[1], memory_from[1], cross_attention[1]],
-                color=EDGE[3], linewidth=1.3)
+        ax.plot(
+            [memory_from[0], x_memory, x_memory],
+            [memory_from[1], memory_from[1], cross_attention[1]],
+            color=EDGE[3],
+            linewidth=1.3,
+        )
         _arrow(ax, (x_memory, cross_attention[1]), cross_attention, colour=EDGE[3])
-        ax.text(x_memory + 0.17, (memory_from[1] + cross_attention[1]) / 2, "memory", rotation=90,
-                ha="center", va="center", fontsize=FONT, color=EDGE[3])
+        ax.text(
+            x_memory + 0.17,
+            (memory_from[1] + cross_attention[1]) / 2,
+            "memory",
+            rotation=90,
+            ha="center",
+            va="center",
+            fontsize=FONT,
+            color=EDGE[3],
+        )
         used = total - (y - 0.1)  # the height the rows took, in inches
         ax.set_ylim(y - 0.1, total)
         fig.set_size_inches(WIDTH, used)

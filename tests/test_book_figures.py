@@ -70,8 +70,16 @@ def test_the_transformer_drawing_names_the_course_modules_and_the_three_attentio
 
     fig = draw_transformer()
     texts = " ".join(t.get_text() for t in fig.findobj(Text))
-    for name in ("EncoderLayer.self_attn", "DecoderLayer.self_attn", "DecoderLayer.cross_attn",
-                 "positional_encoding", "causal_mask", "source padding", "target padding", "memory"):
+    for name in (
+        "EncoderLayer.self_attn",
+        "DecoderLayer.self_attn",
+        "DecoderLayer.cross_attn",
+        "positional_encoding",
+        "causal_mask",
+        "source padding",
+        "target padding",
+        "memory",
+    ):
         assert name in texts, name
     badges = [t.get_text() for t in fig.findobj(Text) if t.get_text() in {"1", "2", "3"}]
     assert sorted(badges) == sorted(str(n) for n in ATTENTION_TYPES) == ["1", "2", "3"]
@@ -81,8 +89,13 @@ def test_every_helper_writes_text_of_at_least_the_book_minimum():
     from book_figures import draw_transformer
     from book_figures.style import MIN_FONT, smallest_font_pt
 
-    heatmap = show_heatmaps(np.full((2, 3, 4), 0.25), row_labels=list("abc"), col_labels=list("wxyz"),
-                            titles=["one", "two"], annotate=True)
+    heatmap = show_heatmaps(
+        np.full((2, 3, 4), 0.25),
+        row_labels=list("abc"),
+        col_labels=list("wxyz"),
+        titles=["one", "two"],
+        annotate=True,
+    )
     assert smallest_font_pt(heatmap) >= MIN_FONT
     assert smallest_font_pt(plot_weights_bar(np.array([0.2, 0.8]), ["a", "b"], title="t")) >= MIN_FONT
     assert smallest_font_pt(plot_position_changes({"x": np.zeros(3)}, ["a", "b", "c"], cut=0)) >= MIN_FONT

@@ -44,6 +44,7 @@ def built_pages() -> list:
     listed = set(toc_files())
     return [p for p in narrative_pages() if str(p.values[0].relative_to(ROOT).with_suffix("")) in listed]
 
+
 CODE = "set in code"
 PAPER = "a constant of a cited paper or model"
 DEFINITION = "true by definition, or arithmetic on the page's sizes"
@@ -303,8 +304,7 @@ def test_every_number_in_the_prose_is_computed_or_allowed(page: Path):
     found = unexplained_numbers(page)
     assert not found, (
         f"{page_id(page)} states numbers that are neither glued nor allowed "
-        "(glue measured values; list sizes, definitions and examples in ALLOWED):\n"
-        + "\n".join(found)
+        "(glue measured values; list sizes, definitions and examples in ALLOWED):\n" + "\n".join(found)
     )
 
 
@@ -337,7 +337,8 @@ def test_the_number_finder_sees_numbers_and_skips_what_is_not_prose(tmp_path):
 
     text = clean(
         "The model got 93% right after 150 steps ({glue:text}`acc:.1%` measured), "
-        "see `range(0, 64)` and [chapter 1](../01/" "x.md); $h_3 = W^{2} x_1 + 5$.\n\n"
+        "see `range(0, 64)` and [chapter 1](../01/"
+        "x.md); $h_3 = W^{2} x_1 + 5$.\n\n"
         "```python\nx = 12\n```\n:::{note}\n:class: tip\nIn 20 000 pairs, 1,024 keys and 0.75.\n:::\n"
     )
     assert [n.text for n in stated_numbers(text)] == ["93", "150", "1", "5", "20 000", "1,024", "0.75"]
