@@ -220,8 +220,8 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
     ],
     "chapters/06_tiny_translator/closing_the_loop.md": [
         ("$d = 32$, with a residual connection", CODE),
-        ("learning rate 0.01, 120 steps of 32 pairs from the same 3000 training pairs", CODE),
-        ("(120 steps of 32 pairs, learning rate 0.01,", CODE),
+        ("learning rate 0.01, 100 steps of 32 pairs from the same 3000 training pairs", CODE),
+        ("(100 steps of 32 pairs, learning rate 0.01,", CODE),
         ("the number of clauses, 1 to 4", CODE),
         ("one state of 40 numbers", CODE),
     ],
