@@ -12,20 +12,38 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# The mime prefix myst-nb's own glue gives a value that is stored but not displayed
+# (``myst_nb.ext.glue.GLUE_PREFIX``, the scrapbook convention its reader looks for).
+GLUE_PREFIX = "application/papermill.record/"
+
 
 def glue(name: str, value: object, display: bool = False) -> None:
-    """``myst_nb.glue``, with NumPy and torch scalars made Python numbers first.
+    """Glue ``value`` under ``name`` for the page's ``{glue:text}`` roles, as ``myst_nb.glue``.
 
-    Their reprs (``np.float64(0.5)``, ``tensor(0.5)``) are what a ``{glue:text}`` role would
-    see, and a format spec such as ``:.2f`` cannot read them. Not displayed by default.
+    The same output as myst-nb's (a display-data output whose metadata names the value), with
+    two differences: NumPy and torch scalars become Python numbers first (their reprs,
+    ``np.float64(0.5)`` or ``tensor(0.5)``, are what a role's format spec would have to read),
+    and myst-nb is not imported, which cost every page a second in its kernel. Outside an
+    IPython shell (the page tests run cells in a plain namespace) it does nothing. Not
+    displayed by default.
     """
-    from myst_nb import glue as myst_glue
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as ipython_display
 
     if isinstance(value, np.generic):
         value = value.item()
     elif type(value).__module__.startswith("torch") and getattr(value, "ndim", None) == 0:
         value = value.item()
-    myst_glue(name, value, display=display)
+    bundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    ipython_display({prefix + mime: data for mime, data in bundle.items()}, raw=True, metadata=metadata)
 
 
 def and_list(items: Sequence[object]) -> str:

@@ -353,12 +353,11 @@ kernelspec:
 
 ```{{code-cell}} ipython3
 import numpy as np
-from myst_nb import glue
 
-from book_figures import show_heatmaps, use_book_style
+from book_figures import glue, show_heatmaps, use_book_style
 
 use_book_style()
-glue("weight", 0.125, display=False)
+glue("weight", np.float64(0.125))  # a NumPy number, not displayed
 ```
 
 ```{{code-cell}} ipython3

@@ -120,3 +120,26 @@ def test_a_figure_png_records_its_smallest_text_and_the_browser_rule_reads_it(tm
     (tmp_path / "f.png").write_bytes(png)
     # shown 320 px wide out of 640: 8 pt * 100 dpi / 96 px per inch * 0.5
     assert abs(figure_text_pt(tmp_path / "f.png", 640, 320) - 8 * 100 / 96 * 0.5) < 1e-9
+
+
+@pytest.mark.book
+@pytest.mark.slow
+def test_the_book_glue_writes_what_myst_nb_glue_writes():
+    """book_figures.glue avoids importing myst-nb in every kernel; its outputs are myst-nb's."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "import numpy as np\nfrom book_figures import glue\n"
+            "glue('a', np.float64(0.5))\nglue('b', (2, 3))\nglue('c', 'text', display=True)"
+        ),
+        nbformat.v4.new_code_cell(
+            "from myst_nb import glue\n"
+            "glue('a', 0.5, display=False)\nglue('b', (2, 3), display=False)\nglue('c', 'text')"
+        ),
+    ]
+    NotebookClient(notebook, kernel_name="python3", timeout=120).execute()
+    ours, theirs = ([dict(output) for output in cell.outputs] for cell in notebook.cells)
+    assert ours == theirs and len(ours) == 3
