@@ -78,8 +78,9 @@ def outcomes(out: Path) -> dict[str, tuple[str, float]]:
 def per_job_overhead(jobs: int, work: Path) -> tuple[float, float]:
     """Median seconds per tiny job, one at a time: bare ForkServer, then DaskExecutor(local:1)."""
     from grader.autograde.distributed import DaskExecutor
-    from grader.autograde.sandbox import ChildJob, ForkServer, Limits, choose_isolation, grading_config
-    from grader.autograde.sandbox import write_job_cells as write
+    from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
+    from grader.autograde.fork_protocol import ChildJob, Limits
+    from grader.autograde.fork_protocol import write_job_cells as write
 
     config = grading_config(choose_isolation(accept_weak=False), [work])
     medians = []

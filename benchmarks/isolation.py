@@ -16,15 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader.autograde.sandbox import (
-    ChildJob,
-    ForkServer,
-    Isolation,
-    Limits,
-    ServerConfig,
-    choose_isolation,
-    write_job_cells,
-)
+from grader.autograde.fork_client import ForkServer, choose_isolation
+from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, ServerConfig, write_job_cells
 
 CELL = "import numpy as np\nx = np.ones(3).sum()\nprint(x)\n"
 

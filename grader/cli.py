@@ -19,7 +19,8 @@ from grader import decline_iri_checker
 from grader.paths import SOLUTIONS
 
 if TYPE_CHECKING:  # only the autograde command imports the sandbox
-    from grader.autograde.sandbox import Executor, Isolation
+    from grader.autograde.executor import Executor
+    from grader.autograde.fork_protocol import Isolation
 
 
 def _positive(kind):
@@ -110,7 +111,7 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from grader.autograde.sandbox import IsolationUnavailable
+    from grader.autograde.executor import IsolationUnavailable
     from grader.autograde.submissions import InvalidNotebook
     from grader.selfcheck import check_notebook, format_report
 
@@ -129,7 +130,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _autograde(args: argparse.Namespace) -> int:
-    from grader.autograde.sandbox import IsolationUnavailable, choose_isolation
+    from grader.autograde.executor import IsolationUnavailable
+    from grader.autograde.fork_client import choose_isolation
     from grader.course_cli import course_grade_options
 
     if (args.submitted is None) == (args.watch is None):
@@ -216,7 +218,7 @@ def _start_executor(
     Everything a child must not see is hidden from it: the submissions, OUT, the source, the
     private work folder and a SQLite gradebook.
     """
-    from grader.autograde.sandbox import ForkServer, grading_config
+    from grader.autograde.fork_client import ForkServer, grading_config
 
     secrets = [args.submitted or args.watch, args.out, args.source, work]
     if args.watch:  # the whole exchange: other students' submissions, everyone's feedback

@@ -26,16 +26,8 @@ from pathlib import Path
 from attention_learner.cell_rules import TestStatus, cell_outcome, is_test_cell
 from attention_learner.notebook_check import TestOutcome, format_report
 from grader.autograde.child_report import read_report
-from grader.autograde.sandbox import (
-    ChildJob,
-    ForkServer,
-    Isolation,
-    Limits,
-    ServerConfig,
-    choose_isolation,
-    grading_config,
-    write_job_cells,
-)
+from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
+from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, ServerConfig, write_job_cells
 
 __all__ = ["TestOutcome", "check_notebook", "format_report"]
 

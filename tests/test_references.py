@@ -31,7 +31,7 @@ FILE_NAME = re.compile(r"(?<![\w/.<{-])((?:[\w.-]+/)*[\w-]+\.(?:md|py|toml|yml|c
 DOCUMENT = re.compile(r"[A-Z][A-Z_]*\.md")
 # chNN, test_chNN_reference.py: a pattern for every chapter's module
 CHAPTER_PATTERN = "NN"
-# a dotted name inside one of the project's packages, e.g. grader.autograde.sandbox.ForkServer
+# a dotted name inside one of the project's packages, e.g. grader.autograde.fork_client.ForkServer
 # (not a template such as an f-string's "grader.exercises.ch{number}")
 DOTTED = re.compile(r"(?<![\w.])((?:grader|attention_learner|book_figures)(?:\.[A-Za-z_]\w*)++)(?![{\w])")
 

@@ -14,9 +14,10 @@ import pytest
 from attention_learner.cell_rules import Status, TestStatus, cell_outcome
 from attention_learner.recording import grading_seed
 from grader.autograde.child_report import CellReport, Record
+from grader.autograde.executor import Finished
+from grader.autograde.fork_protocol import ChildJob
 from grader.autograde.judging import ExpectedCheck
 from grader.autograde.results import ChildExit, SubmissionResult, Summary, TestResult, unchanged
-from grader.autograde.sandbox import ChildJob, Finished
 from grader.autograde.scoring import run_outcome, score_notebook, zero_tests
 from grader.autograde.scoring import test_verdict as verdict_of
 from grader.exercises import get_exercise

@@ -10,12 +10,12 @@ machines:
   and record flag) and submits :func:`run_packed_job` with that pack. The job travels with
   the task; workers need no shared disk, only this package installed;
 - on a worker, :func:`run_packed_job` unpacks into a private folder, runs the job on the
-  worker process's warm :class:`~grader.autograde.sandbox.ForkServer` (started once per
+  worker process's warm :class:`~grader.autograde.fork_client.ForkServer` (started once per
   worker process, by the ``--preload`` hook or on first use, confined exactly as on one
   machine: no network namespace, so no way to the scheduler), and returns the raw outcome:
   exit code, timed out, seconds, the report's bytes (capped) and the log's tail;
 - the client alone writes: it puts the report and log into the local job folder and hands a
-  :class:`~grader.autograde.sandbox.Finished` to the pipeline, which judges, scores and
+  :class:`~grader.autograde.executor.Finished` to the pipeline, which judges, scores and
   writes OUT and the gradebook as results arrive. A task has no side effect outside its
   worker's private folder, so Dask may run it twice (a worker died) without harm;
 - a task whose worker dies while running it is retried on another worker; when that worker
@@ -41,18 +41,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from grader.autograde.child_report import MAX_REPORT_BYTES
-from grader.autograde.sandbox import (
-    ChildJob,
-    Executor,
-    Finished,
-    ForkServer,
-    Isolation,
-    IsolationUnavailable,
-    Limits,
-    ServerConfig,
-    choose_isolation,
-    grading_config,
-)
+from grader.autograde.executor import Executor, Finished, IsolationUnavailable
+from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
+from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, ServerConfig
 
 MAX_PACKED_BYTES = 256 * 2**20  # job.json and the files beside a notebook, per job
 LOG_TAIL_BYTES = 64 * 2**10  # the pipeline reads the last few hundred characters of a log

@@ -29,11 +29,12 @@ from nbgrader.api import Gradebook
 
 from attention_learner.cell_rules import Status, TestStatus, is_test_cell
 from grader.autograde import reports
+from grader.autograde.executor import Executor
 from grader.autograde.feedback import write_course_feedback
+from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
 from grader.autograde.gradebook import SharedAssignLatePenalties, SharedSaveAutoGrades, SourceCells
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
 from grader.autograde.results import SubmissionResult, Summary, TestResult, timeout_attempts
-from grader.autograde.sandbox import ChildJob, Executor, Isolation, Limits, write_job_cells
 from grader.autograde.sanitize import sanitize
 from grader.autograde.scheduling import NotebookJob
 from grader.autograde.scoring import delegation_of, memory_budgets, run_outcome, score_notebook, zero_tests

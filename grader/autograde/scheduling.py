@@ -11,9 +11,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from grader.autograde.executor import Executor, Finished
+from grader.autograde.fork_protocol import ChildJob
 from grader.autograde.interrupts import Interrupts
 from grader.autograde.results import SubmissionResult
-from grader.autograde.sandbox import ChildJob, Executor, Finished
 from grader.autograde.sanitize import Sanitized
 from grader.autograde.submissions import Submission
 

@@ -24,9 +24,9 @@ from attention_learner.cell_rules import (
 )
 from grader.autograde.child_report import CellReport, ReportTooLarge, read_report
 from grader.autograde.delegation import Delegation, analyse
+from grader.autograde.executor import Finished
 from grader.autograde.judging import CaseAnswers, ExpectedCheck, rejudge
 from grader.autograde.results import ChildExit, TestResult
-from grader.autograde.sandbox import Finished
 
 
 def run_outcome(finished: Finished) -> tuple[Status, str, dict[int, CellReport]]:

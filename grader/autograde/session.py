@@ -18,11 +18,12 @@ from typing import Any
 
 from attention_learner.cell_rules import Status
 from grader.autograde import course_dir, permissions, reports
+from grader.autograde.executor import Executor
+from grader.autograde.fork_protocol import Limits
 from grader.autograde.gradebook import open_gradebook
 from grader.autograde.interrupts import Interrupts
 from grader.autograde.pipeline import GradeOptions, Run, _finish_safely, _prepare_safely
 from grader.autograde.results import Summary, unchanged
-from grader.autograde.sandbox import Executor, Limits
 from grader.autograde.scheduling import grade_all
 from grader.autograde.sources import solution_run
 from grader.autograde.submissions import Submission, find_submissions

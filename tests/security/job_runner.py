@@ -21,14 +21,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from grader.autograde.child_report import read_report
-from grader.autograde.sandbox import (
-    ChildJob,
-    ForkServer,
-    Limits,
-    choose_isolation,
-    grading_config,
-    write_job_cells,
-)
+from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
+from grader.autograde.fork_protocol import ChildJob, Limits, write_job_cells
 
 
 def main() -> None:

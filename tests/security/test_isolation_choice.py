@@ -8,9 +8,11 @@ import shutil
 import nbformat
 import pytest
 
-from grader.autograde import confine, sandbox
+from grader.autograde import confine, fork_client
+from grader.autograde.executor import IsolationUnavailable
+from grader.autograde.fork_client import ForkServer
+from grader.autograde.fork_protocol import Isolation, ServerConfig
 from grader.autograde.pipeline import GradeOptions, autograde
-from grader.autograde.sandbox import ForkServer, Isolation, IsolationUnavailable, ServerConfig
 from grader.paths import SOLUTIONS
 from tests.notebook_runner import learner_notebook
 
@@ -20,15 +22,15 @@ A = "03_scaled_dot_product"
 
 
 def test_refuses_without_root_or_user_namespaces(monkeypatch):
-    monkeypatch.setattr(sandbox.os, "getuid", lambda: 1000)
+    monkeypatch.setattr(fork_client.os, "getuid", lambda: 1000)
     monkeypatch.setattr(confine, "can_use_user_namespaces", lambda: False)
     with pytest.raises(IsolationUnavailable, match="accept-weak-isolation"):
-        sandbox.choose_isolation(accept_weak=False)
-    assert sandbox.choose_isolation(accept_weak=True) is Isolation.WEAK
+        fork_client.choose_isolation(accept_weak=False)
+    assert fork_client.choose_isolation(accept_weak=True) is Isolation.WEAK
 
 
 def test_namespaces_are_chosen_where_they_work():
-    assert sandbox.choose_isolation(accept_weak=False) is Isolation.NAMESPACES
+    assert fork_client.choose_isolation(accept_weak=False) is Isolation.NAMESPACES
 
 
 @pytest.mark.slow
