@@ -20,7 +20,8 @@ removes it when the job has ended.
 Where neither can be had, :func:`discover` returns None and the sandbox lowers its
 per-process limits instead (SECURITY.md states the worst case of each). A run folder left
 behind by a server that was killed (SIGKILL leaves no time to clean up) is removed by the
-next server that starts, once nothing runs in it.
+next server that starts, once nothing runs in it. Which folders those are is read from
+``/proc`` by ``cgroup_mounts``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grader.autograde.cgroup_mounts import folder_of, mounts, own_paths
 
 RUN_PREFIX = "attention-"
 _RUN_NAME = re.compile(r"attention-(\d+)-(\d+)$")
@@ -48,48 +51,6 @@ def _starttime(pid: int | str) -> str | None:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def _own_paths(proc_cgroup: str) -> tuple[dict[str, str], str | None]:
-    """From /proc/self/cgroup: v1 controller -> the cgroup path, and the v2 path (or None)."""
-    v1: dict[str, str] = {}
-    v2 = None
-    for line in proc_cgroup.splitlines():
-        number, controllers, path = line.split(":", 2)
-        if number == "0" and controllers == "":
-            v2 = path
-        for name in controllers.split(","):
-            if name:
-                v1[name] = path
-    return v1, v2
-
-
-def _mounts(mountinfo: str) -> tuple[dict[str, tuple[str, str]], tuple[str, str] | None]:
-    """From /proc/self/mountinfo: v1 controller -> (mount point, the cgroup it shows), and
-    the same for the cgroup2 mount."""
-    v1: dict[str, tuple[str, str]] = {}
-    v2 = None
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields:
-            continue
-        dash = fields.index("-")
-        root, point, fstype = (f.replace("\\040", " ") for f in (fields[3], fields[4], fields[dash + 1]))
-        if fstype == "cgroup":
-            for option in fields[dash + 3].split(","):
-                v1.setdefault(option, (point, root))
-        elif fstype == "cgroup2" and v2 is None:
-            v2 = (point, root)
-    return v1, v2
-
-
-def _folder(mount: tuple[str, str], own: str) -> Path | None:
-    """The folder of cgroup ``own`` in a hierarchy mounted as ``mount`` (None: not in it)."""
-    point, root = mount
-    root = root.rstrip("/")
-    if own != root and not own.startswith(root + "/"):
-        return None
-    return Path(point + own[len(root):].rstrip("/"))
 
 
 def _write(path: Path, value: str) -> None:
@@ -266,14 +227,14 @@ def _candidates(mountinfo: str | None, proc_cgroup: str | None) -> list[Cgroups]
         mountinfo = Path("/proc/self/mountinfo").read_text()
     if proc_cgroup is None:
         proc_cgroup = Path("/proc/self/cgroup").read_text()
-    mounts_v1, mount_v2 = _mounts(mountinfo)
-    own_v1, own_v2 = _own_paths(proc_cgroup)
+    mounts_v1, mount_v2 = mounts(mountinfo)
+    own_v1, own_v2 = own_paths(proc_cgroup)
     candidates: list[Cgroups] = []
     if all(c in mounts_v1 and c in own_v1 for c in ("memory", "pids")):
-        folders = [_folder(mounts_v1[c], own_v1[c]) for c in ("memory", "pids")]
+        folders = [folder_of(mounts_v1[c], own_v1[c]) for c in ("memory", "pids")]
         if None not in folders:
             candidates.append(Cgroups("v1", tuple(folders)))
-    if mount_v2 is not None and own_v2 is not None and (base := _folder(mount_v2, own_v2)):
+    if mount_v2 is not None and own_v2 is not None and (base := folder_of(mount_v2, own_v2)):
         try:
             available = (base / "cgroup.controllers").read_text().split()
         except OSError:
