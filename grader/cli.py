@@ -112,7 +112,7 @@ def _release(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from grader.autograde.executor import IsolationUnavailable
-    from grader.autograde.submissions import InvalidNotebook
+    from grader.autograde.notebook_file import InvalidNotebook
     from grader.selfcheck import check_notebook, format_report
 
     if not args.notebook.is_file():

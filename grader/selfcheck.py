@@ -73,7 +73,7 @@ def check_notebook(path: Path, timeout: float = 120.0, *, unconfined: bool = Fal
 
 
 def _run(server: ForkServer, path: Path, folder: Path, timeout: float, unconfined: bool):
-    from grader.autograde.submissions import read_notebook
+    from grader.autograde.notebook_file import read_notebook
 
     nb = read_notebook(path)
     cells = {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}

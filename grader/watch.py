@@ -40,10 +40,11 @@ from pathlib import Path
 from grader.autograde import permissions
 from grader.autograde.executor import Executor
 from grader.autograde.feedback import SECRET, TIMESTAMP, release_feedback, release_page
+from grader.autograde.folder_walk import SUBMISSION_LIMITS, copy_walked_file, walk_folder
 from grader.autograde.pipeline import GradeOptions
 from grader.autograde.reports import feedback_html, write_atomically
 from grader.autograde.session import GradingSession
-from grader.autograde.submissions import SUBMISSION_LIMITS, copy_walked_file, student_id_problem, walk_folder
+from grader.autograde.submissions import student_id_problem
 from grader.course_cli import exchange_course
 
 POLL_SECONDS = 0.5

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from grader.autograde import permissions
+from grader.autograde.folder_walk import TRUSTED, copy_walked_file, folder_fingerprint, walk_folder
 from grader.autograde.reports import write_atomically
-from grader.autograde.submissions import TRUSTED, copy_walked_file, folder_fingerprint, walk_folder
 
 CONFIG = "nbgrader_config.py"
 MARKER = "# Written by python -m grader autograde: delete this line to keep your own edits."

@@ -31,24 +31,17 @@ from attention_learner.cell_rules import Status, TestStatus, is_test_cell
 from grader.autograde import reports
 from grader.autograde.executor import Executor
 from grader.autograde.feedback import write_course_feedback
+from grader.autograde.folder_walk import TRUSTED, WalkedFile, code_fingerprint, copy_walked_file, walk_folder
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
 from grader.autograde.gradebook import SharedAssignLatePenalties, SharedSaveAutoGrades, SourceCells
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
+from grader.autograde.notebook_file import InvalidNotebook, read_notebook
 from grader.autograde.results import SubmissionResult, Summary, TestResult, timeout_attempts
 from grader.autograde.sanitize import sanitize
 from grader.autograde.scheduling import NotebookJob
 from grader.autograde.scoring import delegation_of, memory_budgets, run_outcome, score_notebook, zero_tests
 from grader.autograde.sources import SourceAssignment, SourceError, code_cells, load_sources
-from grader.autograde.submissions import (
-    TRUSTED,
-    InvalidNotebook,
-    Submission,
-    WalkedFile,
-    code_fingerprint,
-    copy_walked_file,
-    read_notebook,
-    walk_folder,
-)
+from grader.autograde.submissions import Submission
 from grader.deadlines import TIMESTAMP_FILE, LatePolicy, read_timestamp
 
 QUIET = logging.getLogger("attention-course: late penalties")  # nbgrader's plugin logs every late notebook

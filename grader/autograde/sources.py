@@ -13,8 +13,9 @@ from nbformat import NotebookNode
 
 from attention_learner.cell_rules import first_error, is_test_cell
 from grader.autograde.child_report import read_report
+from grader.autograde.folder_walk import folder_fingerprint
 from grader.autograde.judging import ExpectedCheck, expected_checks
-from grader.autograde.submissions import folder_fingerprint, read_notebook
+from grader.autograde.notebook_file import read_notebook
 
 if TYPE_CHECKING:
     from grader.autograde.pipeline import Run

@@ -10,7 +10,8 @@ How, module by module:
 - ``exercises``: the source's exercises and what the learner was given for each (the
   released notebook's code: setup and test cells, and each solution cell's stub), and the
   submitted cell of each exercise; submissions are found by
-  ``grader.autograde.submissions.find_submissions`` and read by its ``read_notebook``;
+  ``grader.autograde.submissions.find_submissions`` and read by
+  ``grader.autograde.notebook_file.read_notebook``;
 - ``normalise``: the cell parsed with ``ast`` and read as tokens that renaming, reordering,
   comments, blank lines, prints, literals, layout and extracting or inlining a helper
   barely change;

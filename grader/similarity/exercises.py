@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
-from grader.autograde.submissions import InvalidNotebook, read_notebook
+from grader.autograde.notebook_file import InvalidNotebook, read_notebook
 from grader.similarity.normalise import Tokens, bound_names, import_aliases, normalise, parse_cell
 from grader.similarity.winnowing import all_hashes
 

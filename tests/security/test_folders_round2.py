@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.autograde.submissions import SUBMISSION_LIMITS, copy_walked_file, walk_folder
+from grader.autograde.folder_walk import SUBMISSION_LIMITS, copy_walked_file, walk_folder
 from tests.security.test_attacks import _open_path_to_python
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import grader
+from grader.autograde.folder_walk import code_fingerprint
 from grader.autograde.results import unchanged as _unchanged
-from grader.autograde.submissions import code_fingerprint
 
 pytestmark = [pytest.mark.security, pytest.mark.grading]
 
