@@ -4,7 +4,7 @@ A confined grading child cannot kill its worker (that is the point of the sandbo
 test simulates what a poison submission does to a worker from outside the sandbox: when a
 worker process receives a packed job whose cells hold ``POISON``, it SIGKILLs itself before
 running it, every time (on the first worker and on the one the task is retried on). The
-plugin wraps ``grader.autograde.distributed.run_packed_job`` in the worker process only;
+plugin wraps ``grader.autograde.dask_worker.run_packed_job`` in the worker process only;
 the scheduler hands it to every worker, including those the nanny restarts.
 
 Kept out of the test module so that a worker unpickling it imports nothing heavy.
@@ -25,7 +25,7 @@ class PoisonPlugin(WorkerPlugin):
     name = "attention-test-poison"
 
     def setup(self, worker: Any) -> None:
-        from grader.autograde import distributed as module
+        from grader.autograde import dask_worker as module
 
         original = getattr(module.run_packed_job, "__wrapped__", module.run_packed_job)
 

@@ -256,8 +256,8 @@ def test_results_land_in_postgres_that_nbgrader_exports(cluster, tmp_path):
 
 def test_pack_round_trip_and_refused_names(tmp_path):
     """The job travels as bytes: what the worker unpacks is what the client prepared."""
-    from grader.autograde.distributed import pack_job, unpack_job
     from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
+    from grader.autograde.job_pack import pack_job, unpack_job
 
     folder = tmp_path / "j1"
     write_job_cells(folder, [(0, "x = 1", False), (2, "assert x == 1", True)])

@@ -1,23 +1,20 @@
-"""Grading past one machine: the fork server's interface, on a Dask distributed cluster.
+"""Grading past one machine: the ``Executor`` protocol on a Dask distributed cluster.
 
-The pipeline talks to its executor through four calls (``submit``, ``wait``, ``run``,
-``close``) and a ``config``; :class:`DaskExecutor` answers them with a Dask cluster instead of
-one local fork server, so the pipeline's logic is the same on one laptop and on a hundred
-machines:
+The pipeline talks to its executor through four calls (``wait_ready``, ``submit``, ``wait``,
+``close``, plus ``run``) and a ``config`` (``executor.Executor``); :class:`DaskExecutor`
+answers them with a Dask cluster instead of one local fork server, so the pipeline's logic is
+the same on one laptop and on a hundred machines:
 
 - the client (the ``autograde`` command) prepares each job folder as it always does, then
-  *packs* it (``job.json`` and every file under ``home/``, as bytes, with the job's limits
-  and record flag) and submits :func:`run_packed_job` with that pack. The job travels with
-  the task; workers need no shared disk, only this package installed;
-- on a worker, :func:`run_packed_job` unpacks into a private folder, runs the job on the
-  worker process's warm :class:`~grader.autograde.fork_client.ForkServer` (started once per
-  worker process, by the ``--preload`` hook or on first use, confined exactly as on one
-  machine: no network namespace, so no way to the scheduler), and returns the raw outcome:
-  exit code, timed out, seconds, the report's bytes (capped) and the log's tail;
+  *packs* it (``job_pack``: ``job.json`` and every file under ``home/``, as bytes, with the
+  job's limits and record flag) and submits ``dask_worker.run_packed_job`` with that pack.
+  The job travels with the task; workers need no shared disk, only this package installed;
+- on a worker, that task runs the job on the worker process's warm fork server
+  (``dask_worker``: started once per worker process, by this module's ``--preload`` hooks
+  :func:`dask_setup` / :func:`dask_teardown` or on first use) and returns the raw outcome;
 - the client alone writes: it puts the report and log into the local job folder and hands a
   :class:`~grader.autograde.executor.Finished` to the pipeline, which judges, scores and
-  writes OUT and the gradebook as results arrive. A task has no side effect outside its
-  worker's private folder, so Dask may run it twice (a worker died) without harm;
+  writes OUT and the gradebook as results arrive;
 - a task whose worker dies while running it is retried on another worker; when that worker
   dies too (the scheduler's ``allowed-failures`` is 1), the future fails with
   ``KilledWorker`` and the submission is recorded as ``crashed``.
@@ -29,26 +26,19 @@ without namespaces; a task still runs only at the isolation the client asked for
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
-import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from grader.autograde.child_report import MAX_REPORT_BYTES
+from grader.autograde import dask_worker
+from grader.autograde.dask_worker import run_packed_job, warm_up
 from grader.autograde.executor import Executor, Finished, IsolationUnavailable
-from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
-from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, ServerConfig
+from grader.autograde.fork_protocol import ChildJob, ServerConfig
+from grader.autograde.job_pack import pack_job
 
-MAX_PACKED_BYTES = 256 * 2**20  # job.json and the files beside a notebook, per job
-LOG_TAIL_BYTES = 64 * 2**10  # the pipeline reads the last few hundred characters of a log
 ALLOWED_FAILURES = 1  # a task is retried once after its worker died, then it is KilledWorker
-WEAK_VARIABLE = "ATTENTION_ACCEPT_WEAK_ISOLATION"
 
 KILLED_WORKER_LOG = (
     "the grading worker died twice while running this notebook (its process was killed or ran "
@@ -56,221 +46,16 @@ KILLED_WORKER_LOG = (
 )
 
 
-# ------------------------------------------------------------------ the pack (client -> worker)
-
-
-def pack_job(job: ChildJob, hidden: tuple[str, ...], isolation: Isolation) -> dict[str, Any]:
-    """Everything a worker needs to run ``job``, as plain data: no path of the client's disk.
-
-    ``hidden`` are the client's secret folders (SUBMITTED, OUT, the source, ...): on a
-    LocalCluster they are on the worker's disk too, so the worker's server hides them as well.
-    Raises ValueError when the job's files are over ``MAX_PACKED_BYTES``.
-    """
-    folder = Path(job.folder)
-    files: dict[str, bytes] = {}
-    total = 0
-    home = folder / "home"
-    for base, dirs, names in os.walk(home):  # the parent copied them without symlinks
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(base, d)))
-        for name in sorted(names):
-            path = Path(base) / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            data = path.read_bytes()
-            total += len(data)
-            if total > MAX_PACKED_BYTES:
-                raise ValueError(f"the files beside the notebook are over {MAX_PACKED_BYTES // 2**20} MB")
-            files[path.relative_to(home).as_posix()] = data
-    return {"id": job.id, "job_json": (folder / "job.json").read_bytes(), "files": files,
-            "limits": asdict(job.limits), "record": job.record, "salt": job.salt,
-            "isolation": str(isolation),
-            "hidden": list(hidden)}
-
-
-def _safe_relative(name: str) -> PurePosixPath:
-    path = PurePosixPath(name)
-    if path.is_absolute() or not path.parts or any(p in ("..", ".", "") for p in path.parts):
-        raise ValueError(f"refusing a packed file name {name!r}")
-    return path
-
-
-def unpack_job(packed: dict[str, Any], folder: Path) -> ChildJob:
-    """The worker's half: a job folder like the client's (``job.json``, ``home/``, ``root/``)."""
-    (folder / "home").mkdir(parents=True)
-    (folder / "root").mkdir()
-    (folder / "job.json").write_bytes(packed["job_json"])
-    for name, data in packed["files"].items():
-        target = folder / "home" / _safe_relative(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    return ChildJob(str(packed["id"]), str(folder), Limits(**packed["limits"]), bool(packed["record"]),
-                    int(packed.get("salt", 0)))
-
-
-# ------------------------------------------------------------------ the worker's warm server
-
-
-@dataclass
-class _WorkerState:
-    """One per worker process: its private folder and its fork server (or none yet)."""
-
-    root: Path | None = None
-    server: ForkServer | None = None
-
-
-_STATE = _WorkerState()
-_LOCK = threading.Lock()  # one submit + wait conversation with the server at a time
-
-
-def _worker_root(worker: Any = None) -> Path:
-    if _STATE.root is None:
-        base = getattr(worker, "local_directory", None) if worker is not None else None
-        if base is None:
-            try:
-                from distributed import get_worker
-
-                base = get_worker().local_directory
-            except (ImportError, ValueError):
-                base = None
-        _STATE.root = Path(tempfile.mkdtemp(prefix="attention-worker-", dir=base)).resolve()
-        _STATE.root.chmod(0o700)
-        atexit.register(_shutdown)
-    return _STATE.root
-
-
-def _worker_config(isolation: Isolation, hidden: tuple[str, ...]) -> ServerConfig:
-    return grading_config(isolation, [_worker_root(), *(Path(h) for h in hidden)])
-
-
-def _covers(config: ServerConfig, hidden: list[str]) -> bool:
-    """Whether a server with ``config`` already keeps every folder of ``hidden`` from a child.
-
-    A folder is safe when the child's filesystem does not reach it (it lies in no read-only
-    folder of the view) or when the server covers it already.
-    """
-    view = config.view()
-    for path in hidden:
-        real = os.path.realpath(path)
-        shown = any(real == r or real.startswith(r.rstrip("/") + "/") for r in view.readonly)
-        covered = any(real == h or real.startswith(h.rstrip("/") + "/") for h in view.hidden)
-        if shown and not covered:
-            return False
-    return True
-
-
-def _server_for(isolation: Isolation, hidden: list[str]) -> ForkServer:
-    """The worker's warm server, (re)started when it runs at another isolation or would show
-    a folder the client wants hidden. Call with ``_LOCK`` held."""
-    server = _STATE.server
-    if server is not None and server.process.poll() is None and server.config.isolation is isolation \
-            and _covers(server.config, hidden):
-        return server
-    if server is not None:
-        server.close()
-        _STATE.server = None
-    if isolation is Isolation.NAMESPACES and choose_isolation(accept_weak=True) is not Isolation.NAMESPACES:
-        raise IsolationUnavailable("this grading worker cannot confine children in namespaces "
-                                   "(not root, and user namespaces are disabled)")
-    known = tuple(server.config.hidden) if server is not None else ()
-    _STATE.server = ForkServer(_worker_config(isolation, (*known, *hidden)))
-    return _STATE.server
-
-
-def _shutdown() -> None:
-    with _LOCK:
-        if _STATE.server is not None:
-            _STATE.server.close()
-            _STATE.server = None
-        if _STATE.root is not None:
-            shutil.rmtree(_STATE.root, ignore_errors=True)
-            _STATE.root = None
-
-
 def dask_setup(worker: Any) -> None:
-    """``--preload grader.autograde.distributed``: start this worker's fork server now.
-
-    It imports torch in its own process while the worker registers, so the first task finds
-    it warm. Namespaces when the machine allows them; weak isolation only with
-    ``ATTENTION_ACCEPT_WEAK_ISOLATION=1`` (otherwise the server starts on first use).
-    """
-    accept_weak = os.environ.get(WEAK_VARIABLE) == "1"
-    try:
-        isolation = choose_isolation(accept_weak)
-    except IsolationUnavailable:
-        return  # a task says what it needs; it will fail with a clear message then
-    with _LOCK:
-        _worker_root(worker)
-        if _STATE.server is None:
-            _STATE.server = ForkServer(_worker_config(isolation, ()))
+    """``--preload grader.autograde.distributed``: start this worker's fork server now
+    (``dask_worker.start_warm_server``: namespaces when the machine allows them, weak
+    isolation only with ``ATTENTION_ACCEPT_WEAK_ISOLATION=1``)."""
+    dask_worker.start_warm_server(worker)
 
 
 def dask_teardown(worker: Any) -> None:
-    _shutdown()
-
-
-def warm_up(isolation: str, hidden: list[str]) -> str:
-    """A task that starts (or checks) this worker's server; returns its isolation."""
-    with _LOCK:
-        server = _server_for(Isolation(isolation), hidden)
-        server.wait_ready()
-        return str(server.config.isolation)
-
-
-def run_packed_job(packed: dict[str, Any]) -> dict[str, Any]:
-    """Run one packed notebook job on this worker's warm fork server; return its raw outcome.
-
-    Returns ``{"exitcode", "timed_out", "seconds", "report", "log", "worker"}``: the report's
-    bytes (at most ``MAX_REPORT_BYTES`` + 1, so that the client still sees it is too large)
-    and the last ``LOG_TAIL_BYTES`` of the log. Nothing of the job stays on the worker.
-    """
-    with _LOCK:
-        root = _worker_root()
-        folder = root / f"{packed['id']}-{uuid.uuid4().hex[:8]}"
-        try:
-            job = unpack_job(packed, folder)
-            server = _server_for(Isolation(packed["isolation"]), list(packed["hidden"]))
-            try:
-                finished = server.run(job)
-            except RuntimeError:  # the server died under us: the next task starts a fresh one
-                server.close()
-                _STATE.server = None
-                raise
-            report = _read_head(folder / "report", MAX_REPORT_BYTES + 1)
-            log = _read_tail(folder / "log", LOG_TAIL_BYTES)
-            return {"exitcode": finished.exitcode, "timed_out": finished.timed_out,
-                    "seconds": finished.seconds, "report": report, "log": log,
-                    "worker": _worker_address()}
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _read_head(path: Path, limit: int) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(limit)
-    except OSError:
-        return b""
-
-
-def _read_tail(path: Path, limit: int) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - limit))
-            return handle.read()
-    except OSError:
-        return b""
-
-
-def _worker_address() -> str:
-    try:
-        from distributed import get_worker
-
-        return str(get_worker().address)
-    except (ImportError, ValueError):
-        return ""
-
-
-# ------------------------------------------------------------------ the client's executor
+    """The worker closes: its fork server and private folder go with it."""
+    dask_worker.shut_down()
 
 
 def cluster_settings() -> dict[str, Any]:
@@ -426,4 +211,3 @@ class _Failed:
     """A job that never reached a worker (its files were too large to send)."""
 
     log: str
-
