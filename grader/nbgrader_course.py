@@ -16,39 +16,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import nbgrader
-import nbgrader.api
 from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
-
-def _alembic_head() -> str:
-    """The newest gradebook schema revision, read in-process.
-
-    nbgrader stamps every new gradebook with it by running ``alembic heads`` in a subprocess,
-    which costs four seconds here; the answer is the same as reading its migration scripts.
-    """
-    from alembic.config import Config as AlembicConfig
-    from alembic.script import ScriptDirectory
-
-    config = AlembicConfig()
-    config.set_main_option("script_location", str(Path(nbgrader.__file__).parent / "alembic"))
-    return ScriptDirectory.from_config(config).get_current_head()
+from grader.autograde.nbgrader_adapters import alembic_head_in_process
 
 
 def prepare_nbgrader() -> None:
-    """Two changes to this process that nbgrader needs or profits from; called where used.
+    """Put this interpreter's scripts folder on PATH, where nbgrader looks for the scripts it
+    runs by name (``alembic``), so that they are found when the venv is not activated.
 
-    - nbgrader runs the ``alembic`` script by name when it creates a gradebook: put this
-      interpreter's scripts folder on PATH, so it is found when the venv is not activated;
-    - nbgrader asks ``alembic heads`` in a subprocess for the schema revision (4 s here):
-      answer it in-process instead (``_alembic_head``), with the same result.
+    The subprocess a new gradebook would run for its schema revision is answered in-process
+    instead, for the length of each call (``nbgrader_adapters.alembic_head_in_process``).
     """
     scripts = str(Path(sys.executable).parent)
     if scripts not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
-    nbgrader.api.get_alembic_version = _alembic_head
 
 
 class NbgraderError(RuntimeError):
@@ -59,7 +43,7 @@ class NbgraderError(RuntimeError):
 def temporary_course(source_dir: Path, db_url: str | None = None) -> Iterator[NbGraderAPI]:
     """An nbgrader API on a temporary course root whose source/ is ``source_dir``."""
     prepare_nbgrader()
-    with tempfile.TemporaryDirectory(prefix="attention-course-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="attention-course-") as tmp, alembic_head_in_process():
         root = Path(tmp)
         (root / "source").symlink_to(Path(source_dir).resolve(), target_is_directory=True)
         config = Config()

@@ -1,4 +1,4 @@
-"""The sanitizer's metadata check (grader/autograde/sanitize.py) against nbgrader's own.
+"""The sanitizer's metadata check (grader/autograde/nbgrader_adapters.py) against nbgrader's own.
 
 ``CheckCellMetadataOnce`` runs nbgrader's ``CheckCellMetadata`` with the metadata schema
 compiled once; on every notebook, valid or tampered with, it must decide exactly as
@@ -14,7 +14,7 @@ import pytest
 from nbgrader.nbgraderformat import common as nbgrader_format
 from nbgrader.preprocessors import CheckCellMetadata
 
-from grader.autograde.sanitize import CheckCellMetadataOnce
+from grader.autograde.nbgrader_adapters import CheckCellMetadataOnce
 from tests.notebook_runner import grade_id, is_test_cell, source_notebook
 
 A = "03_scaled_dot_product"

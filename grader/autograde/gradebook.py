@@ -1,29 +1,18 @@
-"""nbgrader's gradebook preprocessors, sharing one open gradebook for the whole run.
+"""The run's gradebook: opened once (nbgrader's Gradebook, tuned for SQLite), the source's cell
+records read once, and a one-line message when the database cannot be opened.
 
-OverwriteCells and SaveAutoGrades open (and migrate-check) a new Gradebook for every
-notebook, over 100 ms each here; with hundreds of submissions that was most of the parent's
-time. These subclasses run nbgrader's own ``preprocess`` unchanged; for the length of that
-call, the name ``Gradebook`` in its module gives back the run's open gradebook (``lend.py``).
+nbgrader's gradebook preprocessors share this open gradebook through
+``nbgrader_adapters`` (its ``Shared*`` preprocessors and :class:`SourceCells` here).
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from types import SimpleNamespace
-from typing import Any
 
 import sqlalchemy
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import (
-    AssignLatePenalties,
-    OverwriteCells,
-    SaveAutoGrades,
-    latesubmissions,
-    overwritecells,
-    saveautogrades,
-)
 
-from grader.autograde.lend import lend
+from grader.autograde.nbgrader_adapters import alembic_head_in_process
 
 _HINTS = [  # (words in the driver's message, what to fix)
     (("no password supplied", "password authentication failed"),
@@ -69,7 +58,8 @@ def open_gradebook(db_url: str) -> Gradebook:
 
     prepare_nbgrader()
     try:
-        gradebook = Gradebook(db_url)
+        with alembic_head_in_process():
+            gradebook = Gradebook(db_url)
     except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
         raise GradebookUnavailable(unavailable_message(db_url, exc)) from None
     if db_url.startswith("sqlite"):
@@ -113,68 +103,3 @@ class SourceCells:
             columns = sqlalchemy.inspect(row).mapper.column_attrs
             self._rows[(method, *key)] = SimpleNamespace(**{c.key: getattr(row, c.key) for c in columns})
         return self._rows[(method, *key)]
-
-
-class _Lent:
-    """The run's open gradebook, lent to one nbgrader preprocessor: ``with`` leaves it open.
-
-    With ``source_cells``, its two lookups of source records answer from there.
-    """
-
-    def __init__(self, gradebook: Gradebook, source_cells: SourceCells | None = None) -> None:
-        self._gradebook = gradebook
-        self._source_cells = source_cells
-
-    def __getattr__(self, name: str) -> Any:
-        if self._source_cells is not None and name in ("find_source_cell", "find_graded_cell"):
-            return getattr(self._source_cells, name)
-        return getattr(self._gradebook, name)
-
-    def __enter__(self) -> _Lent:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _lending(module: Any, lent: _Lent) -> AbstractContextManager[None]:
-    """For the duration of one call, ``module``'s ``Gradebook(db_url)`` is ``lent``."""
-    return lend(module, "Gradebook", lambda *args, **kwargs: lent)
-
-
-class SharedOverwriteCells(OverwriteCells):
-    """nbgrader's OverwriteCells (missing grade cells added back), on the run's gradebook,
-    with the source's cell records read once per run (:class:`SourceCells`)."""
-
-    def __init__(self, source_cells: SourceCells, **kwargs: Any) -> None:
-        super().__init__(add_missing_cells=True, **kwargs)
-        self.shared = _Lent(source_cells.gradebook, source_cells)
-
-    def preprocess(self, nb, resources):
-        with _lending(overwritecells, self.shared):
-            return super().preprocess(nb, resources)
-
-
-class SharedAssignLatePenalties(AssignLatePenalties):
-    """nbgrader's AssignLatePenalties (the plugin's penalty per notebook, between 0 and the
-    notebook's score), on the run's gradebook; ``config`` carries the plugin and its setting."""
-
-    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.shared = gradebook
-
-    def preprocess(self, nb, resources):
-        with _lending(latesubmissions, _Lent(self.shared)):
-            return super().preprocess(nb, resources)
-
-
-class SharedSaveAutoGrades(SaveAutoGrades):
-    """nbgrader's SaveAutoGrades (determine_grade -> auto_score), on the run's gradebook."""
-
-    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.shared = gradebook
-
-    def preprocess(self, nb, resources):
-        with _lending(saveautogrades, _Lent(self.shared)):
-            return super().preprocess(nb, resources)

@@ -33,8 +33,13 @@ from grader.autograde.executor import Executor
 from grader.autograde.feedback import write_course_feedback
 from grader.autograde.folder_walk import TRUSTED, WalkedFile, code_fingerprint, copy_walked_file, walk_folder
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
-from grader.autograde.gradebook import SharedAssignLatePenalties, SharedSaveAutoGrades, SourceCells
+from grader.autograde.gradebook import SourceCells
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
+from grader.autograde.nbgrader_adapters import (
+    SharedAssignLatePenalties,
+    SharedSaveAutoGrades,
+    nbgrader_resources,
+)
 from grader.autograde.notebook_file import InvalidNotebook, read_notebook
 from grader.autograde.results import SubmissionResult, Summary, TestResult, timeout_attempts
 from grader.autograde.sanitize import sanitize
@@ -265,8 +270,7 @@ def _late_penalties(run: Run, sub: Submission, jobs: list[NotebookJob], result: 
 
 
 def _resources(run: Run, sub: Submission, notebook: str) -> dict[str, Any]:
-    return {"nbgrader": {"db_url": run.db_url, "assignment": sub.assignment, "notebook": notebook,
-                         "student": sub.student}}
+    return nbgrader_resources(run.db_url, sub.assignment, notebook, sub.student)
 
 
 def _zero_in_gradebook(gradebook: Gradebook, notebook: str, sub: Submission) -> None:

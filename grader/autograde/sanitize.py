@@ -1,27 +1,22 @@
 """Putting a submitted notebook back in shape with nbgrader's own preprocessors.
 
-ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells (with missing grade cells
-added back; the source's cell records read once per run) and CheckCellMetadata (its schema
-compiled once), as ``nbgrader autograde`` runs them; then what we add: notes on what was
-restored. (No text rule about the reference package: the grading child cannot import it, so
-a solution that tries simply fails with an ImportError.)
+The preprocessors ``nbgrader autograde`` sanitizes with, in its order and as adapted in
+``nbgrader_adapters.sanitizing_preprocessors`` (test and locked cells restored from the
+source's records, missing grade cells added back, the metadata checked); then what we add:
+notes on what was deleted, edited or retyped. (No text rule about the reference package: the
+grading child cannot import it, so a solution that tries simply fails with an ImportError.)
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from functools import cache
 
-import jsonschema
 import nbformat
 from nbformat import NotebookNode
-from nbgrader.nbgraderformat import common as nbgrader_format
-from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec
 
-from grader.autograde.gradebook import SharedOverwriteCells, SourceCells
-from grader.autograde.lend import lend
+from grader.autograde.gradebook import SourceCells
+from grader.autograde.nbgrader_adapters import nbgrader_resources, sanitizing_preprocessors
 
 
 @dataclass
@@ -41,57 +36,11 @@ def sanitize(
 ) -> Sanitized:
     """Restore test and locked cells from the gradebook; note what changed and flag cheats."""
     notes = _describe_tampering(nb, source)
-    resources = {
-        "nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook,
-                     "student": student}
-    }
-    for preprocessor in (ClearOutput(), DeduplicateIds()):
-        nb, resources = preprocessor.preprocess(nb, resources)
-    for cell in nb.cells:  # DeduplicateIds leaves {} on the copies it drops: "old format"
-        if cell.get("metadata", {}).get("nbgrader", None) == {}:
-            del cell["metadata"]["nbgrader"]
-    for preprocessor in (
-        OverwriteKernelspec(),
-        SharedOverwriteCells(source_cells),
-        CheckCellMetadataOnce(),
-    ):
+    resources = nbgrader_resources(db_url, assignment, notebook, student)
+    for preprocessor in sanitizing_preprocessors(source_cells):
         nb, resources = preprocessor.preprocess(nb, resources)
     nb = nbformat.from_dict(nb)  # cells nbgrader added back are plain dicts
     return Sanitized(nb, notes)
-
-
-class CheckCellMetadataOnce(CheckCellMetadata):
-    """nbgrader's CheckCellMetadata, with its metadata schema checked and compiled once.
-
-    nbgrader validates every cell's metadata with ``jsonschema.validate(metadata, schema)``,
-    which first validates the schema itself against JSON Schema's meta-schema: about 80 ms of
-    the 250 ms a submission spent here (cProfile, 60 submissions). For the length of
-    nbgrader's own ``preprocess``, the name ``jsonschema`` in its validator module is lent
-    :class:`_CompiledSchemas`, whose ``validate`` raises the same error.
-    """
-
-    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        with lend(nbgrader_format, "jsonschema", _CompiledSchemas):
-            return super().preprocess(nb, resources)
-
-
-class _CompiledSchemas:
-    """``jsonschema.validate`` without re-checking a schema it has seen before."""
-
-    @staticmethod
-    def validate(instance: object, schema: dict) -> None:
-        validator = _compiled(json.dumps(schema, sort_keys=True))
-        error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
-        if error is not None:  # what jsonschema.validate raises, after its schema check
-            raise error
-
-
-@cache
-def _compiled(schema_json: str) -> jsonschema.protocols.Validator:
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
 
 
 def _describe_tampering(nb: NotebookNode, source: NotebookNode) -> list[str]:
