@@ -1,6 +1,6 @@
-"""The command line: ``python -m grader {release,check,autograde}``.
+"""The command line: ``python -m grader {release,check,autograde,export,formgrader,similarity}``.
 
-README.md describes the commands, ARCHITECTURE.md what each does, SECURITY.md what grading
+``export`` and ``formgrader`` are defined in ``grader/course_cli.py``. README.md describes the commands, ARCHITECTURE.md what each does, SECURITY.md what grading
 defends.
 """
 
