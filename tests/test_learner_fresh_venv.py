@@ -8,12 +8,14 @@ the environment differs from the course's in NumPy (the floor, 1.26.4) and in wh
 missing (the grader, nbgrader, Jupyter Book), not in Python or torch. The wheel brings nbclient
 and ipykernel, which its ``attention-check`` command runs notebooks with: that command passes
 a notebook filled with the solutions and names the classic bug of one with the scaling
-removed.
+removed, and it trains chapter 8's translator within the notebook's 60 s budget to the
+notebook's own bar (90% of the held-out tokens right).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -186,3 +188,70 @@ def test_passing_test_cells_say_so_in_one_line(fresh_python, tmp_path):
     assert run.returncode == 0, run.stderr
     printed = run.stdout.strip().split("|")
     assert printed and all(re.fullmatch(r"passed: \d+ checks?", p) for p in printed), printed
+
+
+# What `attention-check NOTEBOOK` runs (its console script calls notebook_check.main), with the
+# notebook it executed kept: the check prints only the test cells, and the training cells'
+# own lines (budget, steps and seconds, held-out accuracy) are read from the executed copy.
+CHECK_AND_KEEP = r"""
+import sys
+
+import nbformat
+
+from attention_learner import notebook_check
+
+executed = []
+run = notebook_check.executed_notebook
+
+
+def keep(path, timeout):
+    executed.append(run(path, timeout))
+    return executed[-1]
+
+
+notebook_check.executed_notebook = keep
+status = notebook_check.main(sys.argv[1:2])
+nbformat.write(executed[0], sys.argv[2])
+sys.exit(status)
+"""
+
+TRAINING_BUDGET_SECONDS = 60  # TRAIN_SECONDS of the chapter-8 notebook's training cell
+
+
+def test_attention_check_trains_the_chapter_8_translator_within_its_budget(fresh_python, tmp_path):
+    """Chapter 8's notebook, solved, in a real Jupyter kernel of the fresh venv: every visible
+    test passes, `training_budget` lets the training cells train (nothing but the learner wheel
+    and torch), training stops within its 60 s budget, and the notebook's own check passes:
+    at least 90% of the held-out tokens right."""
+    assignment = "08_build_train_decode"
+    notebook = tmp_path / f"{assignment}.ipynb"
+    nbformat.write(solved_notebook(assignment), notebook)
+    training_cells = [c.source for c in nbformat.read(notebook, as_version=4).cells
+                      if c.cell_type == "code" and "training_budget(" in c.source]  # fmt: skip
+    assert training_cells and f"TRAIN_SECONDS = {TRAINING_BUDGET_SECONDS}" in training_cells[0]
+    (tmp_path / "check_and_keep.py").write_text(CHECK_AND_KEEP)
+    executed = tmp_path / "executed.ipynb"
+    environment = {k: v for k, v in os.environ.items() if k != "ATTENTION_TRAINING_SECONDS"}
+    command = [str(fresh_python), "check_and_keep.py", notebook.name, executed.name]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=environment)
+    assert done.returncode == 0, done.stdout + done.stderr
+    visible = re.search(r"(\d+) of (\d+) visible tests pass", done.stdout)
+    assert visible and visible.group(1) == visible.group(2), done.stdout
+
+    outputs = [output for cell in nbformat.read(executed, as_version=4).cells if cell.cell_type == "code"
+               for output in cell.outputs]  # fmt: skip
+    printed = "".join(output.get("text", "") for output in outputs if output.output_type == "stream")
+    errors = [output.get("ename") for output in outputs if output.output_type == "error"]
+    assert not errors, (errors, printed)
+    assert f"training budget here: {TRAINING_BUDGET_SECONDS:g} s\n" in printed, printed
+    trained = re.search(r"^(\d+) steps in ([\d.]+) s$", printed, re.M)
+    passed = re.search(r"^passed: ([\d.]+)% of the held-out tokens right$", printed, re.M)
+    assert trained and passed, printed
+    steps, seconds, accuracy = int(trained.group(1)), float(trained.group(2)), float(passed.group(1))
+    print(f"\nchapter 8 in the fresh venv: {steps} steps in {seconds:.1f} s, "
+          f"{accuracy:.1f}% of the held-out tokens right")
+    assert steps > 0
+    # the loop reads the clock before each step: it may end one step (well under a second)
+    # past the budget, never later
+    assert seconds <= TRAINING_BUDGET_SECONDS + 1.0, printed
+    assert accuracy >= 90.0, printed
