@@ -122,6 +122,97 @@ def positional_encoding(n, d_model):
         code=_pe("p / 10000 ** (i / d_model)", _INTERLEAVE).replace("    return pe", "    return pe.T"),
         expect="shape",
     ),
+    # named by the hints' bug models (attention_learner.cases.ch06.pe_models)
+    Bug(
+        exercise="positional_encoding",
+        name="exponent_4i",
+        code=_pe("p / 10000 ** (2 * i / d_model)", _INTERLEAVE),
+        expect="an exponent of 4i / d_model",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="integer_division_in_the_exponent",
+        code=_pe("p / 10000 ** (i // d_model)", _INTERLEAVE),
+        expect="integer division in the exponent",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="integer_division_of_the_angles",
+        code=_pe("p // 10000 ** (i / d_model)", _INTERLEAVE),
+        expect="integer division of the angles",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="log10_instead_of_ln",
+        code=_pe("p * np.exp(-i * np.log10(10000.0) / d_model)", _INTERLEAVE),
+        expect="log10(10000) = 4",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="base_10",
+        code=_pe("p / 10 ** (i / d_model)", _INTERLEAVE),
+        expect="a base of 10 instead of 10000",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="positions_by_linspace",
+        code=_pe("np.linspace(0, 1, n)[:, None] / 10000 ** (i / d_model)", _INTERLEAVE),
+        expect="positions scaled into [0, 1] (p / (n - 1)",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="positions_divided_by_n",
+        code=_pe("p / n / 10000 ** (i / d_model)", _INTERLEAVE),
+        expect="positions scaled into [0, 1) (p / n)",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="odd_last_column_left_at_zero",
+        code=_pe(
+            "p / 10000 ** (i / d_model)",
+            "    half = d_model // 2\n"
+            "    pe[:, 0 : 2 * half : 2] = np.sin(angles[:, :half])\n"
+            "    pe[:, 1::2] = np.cos(angles[:, :half])",
+        ),
+        expect="The last column of an odd d_model was left at zero",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="odd_last_column_a_cosine",
+        code=_pe(
+            "p / 10000 ** (i / d_model)",
+            _INTERLEAVE + "\n    if d_model % 2:\n        pe[:, -1] = np.cos(angles[:, -1])",
+        ),
+        expect="The last column of an odd d_model holds a cosine",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="odd_d_model_rounded_up",
+        code="""
+def positional_encoding(n, d_model):
+    d = d_model + d_model % 2  # an even width, cut at the end
+    p = np.arange(n)[:, None]
+    angles = p / 10000 ** (np.arange(0, d, 2) / d)
+    pe = np.zeros((n, d))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angles), np.cos(angles)
+    return pe[:, :d_model]
+""",
+        expect="computed for d_model + 1",
+    ),
+    Bug(
+        exercise="positional_encoding",
+        name="odd_d_model_rounded_down",
+        code="""
+def positional_encoding(n, d_model):
+    d = d_model - d_model % 2  # an even width, padded with a zero column
+    p = np.arange(n)[:, None]
+    angles = p / 10000 ** (np.arange(0, d, 2) / max(d, 1))
+    pe = np.zeros((n, d_model))
+    pe[:, 0:d:2], pe[:, 1:d:2] = np.sin(angles), np.cos(angles)
+    return pe
+""",
+        expect="computed for d_model - 1",
+    ),
     # ---------------------------------------------------------------- greedy_decode
     Bug(
         exercise="greedy_decode",
@@ -208,5 +299,40 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
     return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
 """,
         expect="",  # pads with 0 instead of eos_id
+    ),
+    # named by the hints' bug models (attention_learner.cases.ch06.decode_models)
+    Bug(
+        exercise="greedy_decode",
+        name="decoder_fed_only_bos",
+        code=_decode(_STEP.replace("model.decode(tgt, memory)", "model.decode(tgt[:, :1], memory)")),
+        expect="Every step produced the token of the first step again",
+    ),
+    Bug(
+        exercise="greedy_decode",
+        name="decoder_fed_only_the_newest_token",
+        code=_decode(_STEP.replace("model.decode(tgt, memory)", "model.decode(tgt[:, -1:], memory)")),
+        expect="fed only the newest token",
+    ),
+    Bug(
+        exercise="greedy_decode",
+        name="drops_the_first_generated_token",
+        code=_decode(_STEP, result="tgt[:, 2:]"),
+        expect="The first generated token is missing",
+    ),
+    Bug(
+        exercise="greedy_decode",
+        name="max_len_counts_the_bos",
+        code=_decode(_STEP.replace("if finished.all():", "if finished.all() or tgt.shape[1] == max_len:")),
+        expect="max_len counts the generated tokens",
+    ),
+    Bug(
+        exercise="greedy_decode",
+        name="stops_one_step_late",
+        code=_decode(  # tests finished.all() before adding this step's EOS to finished
+            _STEP.replace("        finished = finished | (next_id == eos_id)\n", "").replace(
+                "            break", "            break\n        finished = finished | (next_id == eos_id)"
+            )
+        ),
+        expect="stopped one step late",
     ),
 ]

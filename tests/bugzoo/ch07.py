@@ -106,6 +106,7 @@ def _cached(**changes: str) -> str:
 
 
 WRONG_AXIS = "along an axis other than the sequence axis"
+_APPEND = "self.cache.append(heads(self.W_k(x_new)), heads(self.W_v(x_new)))"
 _REORDER = """self.cache.append(heads(self.W_k(x_new)), heads(self.W_v(x_new)))
         self.cache.k = torch.cat([self.cache.k[:, :, start:], self.cache.k[:, :, :start]], dim=-2)
         self.cache.v = torch.cat([self.cache.v[:, :, start:], self.cache.v[:, :, :start]], dim=-2)
@@ -136,6 +137,18 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     total = p.sum(axis=-1, keepdims=True)
     return np.divide(p @ V, total, out=np.zeros(p.shape[:-1] + V.shape[-1:]), where=total > 0)
 ''', expect="quarter of the"),
+    # named by the hints' bug models (attention_learner.cases.ch07.online_models)
+    Bug("online_softmax_attention", "never-rescaled",
+        _online(total="total + p.sum(axis=-1, keepdims=True)", acc="acc + p @ V[..., start:stop, :]"),
+        expect="a rescale forgotten altogether"),
+    Bug("online_softmax_attention", "rescaled-upwards", _online().replace("m - shift, 0.0", "shift - m, 0.0"),
+        expect="a correction the wrong way round"),
+    Bug("online_softmax_attention", "returns-inside-the-loop",
+        _online().replace("        m = m_new\n", f"        m = m_new\n        return {_RIGHT['result']}\n"),
+        expect="Only the first block of keys counts"),
+    Bug("online_softmax_attention", "overwrites-the-sums",
+        _online(total="p.sum(axis=-1, keepdims=True)", acc="p @ V[..., start:stop, :]"),
+        expect="Only the last block of keys counts"),
     # ---------------------------------------------------------------- KV cache
     Bug("KVCache", "prepends", _cache("torch.cat([{new}, {old}], dim=-2)"), expect="the cache prepends"),
     Bug("KVCache", "head-axis", _cache("torch.cat([{old}, {new}], dim=1)"), expect=WRONG_AXIS),
@@ -152,6 +165,16 @@ class KVCache:
         self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=-2)
         return self.k, self.v
 ''', expect="should define __len__"),
+    # named by the hints' bug models (attention_learner.cases.ch07.cache_models)
+    Bug("KVCache", "not-stored", _KV_TEMPLATE.replace(
+        "            self.k = {join_k}\n            self.v = {join_v}\n",
+        "            return torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)\n"),
+        expect="The cache was not updated"),
+    Bug("KVCache", "first-chunk-twice", _KV_TEMPLATE.replace("        else:\n", "").replace(
+        "            self.k = {join_k}\n            self.v = {join_v}\n",
+        "        self.k = torch.cat([self.k, k_new], dim=-2)\n"
+        "        self.v = torch.cat([self.v, v_new], dim=-2)\n"),
+        expect="the first chunk is in it twice"),
     # ---------------------------------------------------------------- cached self-attention
     Bug("CachedSelfAttention", "no-causal-limit-in-chunk", _cached(mask="None"),
         expect="no causal limit within the chunk"),
@@ -164,5 +187,23 @@ class KVCache:
                 mask="positions[None, :] <= positions[:, None]"),
         expect="the cached keys and values of earlier chunks were not used"),
     Bug("CachedSelfAttention", "mask-off-by-the-cache-length",
-        _cached(mask="positions[None, :] <= positions[:t_new, None]")),
+        _cached(mask="positions[None, :] <= positions[:t_new, None]"), expect="The positions restart at 0"),
+    # named by the hints' bug models (attention_learner.cases.ch07.cached_models)
+    Bug("CachedSelfAttention", "keys-and-values-swapped",
+        _cached(attend_to="self.cache.append(heads(self.W_v(x_new)), heads(self.W_k(x_new)))"),
+        expect="The keys and values are swapped"),
+    Bug("CachedSelfAttention", "no-output-projection",
+        _cached().replace("return self.W_o(out.transpose(1, 2).reshape(B, t_new, d_model))",
+                          "return out.transpose(1, 2).reshape(B, t_new, d_model)"),
+        expect="The output projection W_o is missing"),
+    Bug("CachedSelfAttention", "merge-without-transpose",
+        _cached().replace("out.transpose(1, 2).reshape", "out.reshape"),
+        expect="merged without the transpose"),
+    Bug("CachedSelfAttention", "scaled-by-sqrt-d_model",
+        _cached().replace("attn_mask=mask)", "attn_mask=mask, scale=1 / math.sqrt(d_model))"),
+        expect="divided by sqrt(d_model)"),
+    Bug("CachedSelfAttention", "appends-twice",
+        _cached(attend_to=_APPEND + "\n        k, v = " + _APPEND,
+                mask="positions[None, :] <= positions[-t_new:, None]"),
+        expect="appended to the cache twice"),
 ]

@@ -9,12 +9,13 @@ reached without EOS.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from attention_learner.bug_models import explained_notes, index_ranges, wrong_along, wrong_entries
 from attention_learner.conventions import numpy_case
 from attention_learner.inputs import normal
 from attention_learner.spec import Arrays, Case, Inputs
@@ -34,6 +35,111 @@ def describe_pe(params: dict[str, Any]) -> str:
     return f"n={params['n']}, d_model={params['d_model']}"
 
 
+#: the comparison's tolerances (the case's, and the bug models' in its hints)
+PE_ATOL, PE_RTOL = 1e-8, 1e-6
+
+
+def _pairs(d_model: int) -> np.ndarray:
+    """(ceil(d_model / 2),) float64: the pair index i of the columns 2i and 2i + 1."""
+    return np.arange((d_model + 1) // 2, dtype=np.float64)
+
+
+def _sinusoids(angles: np.ndarray, d_model: int) -> np.ndarray:
+    """(n, d_model): sin(angles[:, i]) in column 2i, cos(angles[:, i]) in column 2i + 1, from
+    angles (n, ceil(d_model / 2)); the bug models vary the angles only."""
+    pe = np.zeros((len(angles), d_model))
+    pe[:, 0::2] = np.sin(angles)
+    pe[:, 1::2] = np.cos(angles[:, : d_model // 2])
+    return pe
+
+
+def _angles(positions: np.ndarray, frequencies: np.ndarray) -> np.ndarray:
+    """(n, m): position p times frequency w_i."""
+    return positions[:, None] * frequencies[None, :]
+
+
+def _frequencies_model(n: int, d_model: int, frequencies: np.ndarray) -> np.ndarray:
+    """The encoding of positions 0 .. n - 1 with the pairs' frequencies ``frequencies``."""
+    return _sinusoids(_angles(np.arange(n, dtype=np.float64), frequencies), d_model)
+
+
+def _positions_model(d_model: int, positions: np.ndarray) -> np.ndarray:
+    """The encoding of the (wrong) positions ``positions`` with the right frequencies
+    w_i = 10000^(-2i / d_model)."""
+    return _sinusoids(_angles(positions, 10000.0 ** (-2 * _pairs(d_model) / d_model)), d_model)
+
+
+def _floored_angles_model(n: int, d_model: int) -> np.ndarray:
+    """Angles floor(p / 10000^(2i / d_model)): the position divided with ``//``."""
+    p, wavelengths = np.arange(n, dtype=np.float64), 10000.0 ** (2 * _pairs(d_model) / d_model)
+    return _sinusoids(np.floor(p[:, None] / wavelengths[None, :]), d_model)
+
+
+def _last_column_model(expected: np.ndarray, d_model: int, column: str) -> np.ndarray | None:
+    """The right encoding with its lone last sine column (odd d_model only) replaced: by zeros
+    ("zero"), or by cos(p w) for its frequency w = 10000^(-(d_model - 1) / d_model) ("cosine")."""
+    if d_model % 2 == 0:
+        return None
+    pe = np.array(expected)
+    w = 10000.0 ** (-(d_model - 1) / d_model)
+    pe[:, -1] = 0.0 if column == "zero" else np.cos(np.arange(len(pe)) * w)
+    return pe
+
+
+def _width_model(n: int, d_model: int, width: int) -> np.ndarray | None:
+    """An odd d_model made even: the encoding of width ``width`` (d_model + 1, or d_model - 1),
+    cut to d_model columns or padded with zero columns."""
+    if d_model % 2 == 0 or width < 1:
+        return None
+    frequencies = 10000.0 ** (-2 * _pairs(width) / width)
+    pe = _frequencies_model(n, width, frequencies)
+    return np.pad(pe, ((0, 0), (0, max(0, d_model - width))))[:, :d_model]
+
+
+def pe_models(inputs: Inputs, expected: Arrays) -> list[tuple[str, Callable[[], np.ndarray | None]]]:
+    """(note, model) for each classic bug of the encoding that the judging half does not name
+    already; each model is the bug's encoding of this case, as its docstring's maths says."""
+    n, d = inputs["n"], inputs["d_model"]
+    i = _pairs(d)
+    p = np.arange(n, dtype=np.float64)
+    odd = f"d_model = {d} is odd, so column {d - 1} is a lone sine, sin(p w) with 2i = {d - 1}"
+    return [
+        ("The encoding looks like an exponent of 4i / d_model (the right one is 2i / d_model): the even "
+         "column index 2i was doubled again (with i = np.arange(0, d_model, 2) the exponent is "
+         "i / d_model, not 2 * i / d_model).",
+         lambda: _frequencies_model(n, d, 10000.0 ** (-4 * i / d))),
+        ("The encoding looks like integer division in the exponent: 2 * i // d_model is 0 for "
+         "every pair, so every frequency came out as 1 (use / for the exponent 2i / d_model).",
+         lambda: _frequencies_model(n, d, 10000.0 ** -((2 * i) // d))),
+        ("The encoding looks like integer division of the angles: p // 10000^(2i / d_model) "
+         "floors every angle to a whole number (divide with /).",
+         lambda: _floored_angles_model(n, d)),
+        ("The encoding looks like log10(10000) = 4 where the natural log ln(10000) = 9.21 "
+         "belongs: exp(-2i * ln(10000) / d_model) is 10000^(-2i / d_model) (np.log, not "
+         "np.log10).",
+         lambda: _frequencies_model(n, d, np.exp(-2 * i * np.log10(10000.0) / d))),
+        ("The encoding looks like a base of 10 instead of 10000 in w_i = 10000^(-2i / d_model).",
+         lambda: _frequencies_model(n, d, 10.0 ** (-2 * i / d))),
+        ("The encoding looks like positions scaled into [0, 1] (p / (n - 1), as np.linspace(0, "
+         "1, n) gives): the positions are the whole numbers p = 0, 1, ..., n - 1.",
+         lambda: _positions_model(d, p / (n - 1))),
+        ("The encoding looks like positions scaled into [0, 1) (p / n): the positions are the "
+         "whole numbers p = 0, 1, ..., n - 1.",
+         lambda: _positions_model(d, p / n)),
+        (f"The last column of an odd d_model was left at zero: {odd}.",
+         lambda: _last_column_model(expected["pe"], d, "zero")),
+        (f"The last column of an odd d_model holds a cosine: {odd}.",
+         lambda: _last_column_model(expected["pe"], d, "cosine")),
+        (f"The last column of an odd d_model: the encoding was computed for d_model + 1 = {d + 1} "
+         f"columns and cut, so every frequency is off; {odd}, and the exponent divides by d_model.",
+         lambda: _width_model(n, d, d + 1)),
+        (f"The last column of an odd d_model: the encoding was computed for d_model - 1 = {d - 1} "
+         f"columns and padded with zeros, so every frequency is off; {odd}, and the exponent "
+         "divides by d_model.",
+         lambda: _width_model(n, d, d - 1)),
+    ]
+
+
 def pe_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     pe = got.get("pe")
     if pe is None or pe.shape != expected["pe"].shape:
@@ -46,7 +152,23 @@ def pe_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
             "Row 0 holds the encoding of position 1: positions start at 0, so row 0 is "
             "0, 1, 0, 1, ... (sin(0) in even columns, cos(0) in odd ones)."
         )
-    return hints
+    hints += explained_notes(pe_models(inputs, expected), pe, expected["pe"], PE_ATOL, PE_RTOL)
+    return hints or pe_where_wrong(pe, expected["pe"])
+
+
+def pe_where_wrong(pe: np.ndarray, expected: np.ndarray) -> list[str]:
+    """Which columns and rows (positions) of the encoding are wrong, in words (nothing when
+    every entry is right: the failure is elsewhere)."""
+    wrong = wrong_entries(pe, expected, PE_ATOL, PE_RTOL)
+    if not wrong.any():
+        return []
+    columns, rows = wrong_along(wrong, 1), wrong_along(wrong, 0)
+    kinds = {"even (sine)" if c % 2 == 0 else "odd (cosine)" for c in columns}
+    return [
+        f"The wrong entries are in columns {index_ranges(columns)} (of 0-{pe.shape[1] - 1}; "
+        f"{' and '.join(sorted(kinds))} ones) and in rows {index_ranges(rows)} (positions; the "
+        f"first wrong one is {rows[0]})."
+    ]
 
 
 def make_offset_inputs(
@@ -190,6 +312,101 @@ def describe_decode(params: dict[str, Any]) -> str:
     )
 
 
+def _padded(ids: np.ndarray, width: int, eos_id: int) -> np.ndarray:
+    """``ids`` (B, T) with columns of eos_id added up to ``width`` columns."""
+    return np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=eos_id)
+
+
+def _next_tokens_after_prefixes(inputs: Inputs, ids: np.ndarray) -> np.ndarray:
+    """(B, T): the argmax of the toy model's logits at step t when it is fed BOS and the
+    returned tokens before t, [bos_id, ids[:, :t]], as greedy decoding feeds it (one call:
+    the logits at position t depend on tokens 0 .. t only)."""
+    model = toy_model(inputs)
+    src = torch.tensor(inputs["src"])
+    fed = np.concatenate([np.full((len(ids), 1), inputs["bos_id"]), ids[:, :-1]], axis=1)  # (B, T)
+    logits = model.decode(torch.tensor(fed), model.encode(src))  # (B, T, V)
+    return logits.argmax(dim=-1).numpy()
+
+
+def _next_tokens_after_newest(inputs: Inputs, ids: np.ndarray) -> np.ndarray:
+    """(B, T): the argmax of the toy model's logits when step t is fed only the token before
+    it (bos_id at t = 0), a (B, 1) target, instead of everything so far."""
+    model = toy_model(inputs)
+    B, T = ids.shape
+    fed = np.concatenate([np.full((B, 1), inputs["bos_id"]), ids[:, :-1]], axis=1).reshape(B * T, 1)
+    memory = model.encode(torch.tensor(inputs["src"])).repeat_interleave(T, dim=0)  # (B T, n_src, V)
+    return model.decode(torch.tensor(fed), memory)[:, 0].argmax(dim=-1).numpy().reshape(B, T)
+
+
+def _first_break(inputs: Inputs, ids: np.ndarray, predicted: np.ndarray) -> tuple[int, int] | None:
+    """(step, sentence) of the first token that greedy decoding's rules do not give, when each
+    step's token should be ``predicted`` until the sentence's EOS and eos_id after it; None
+    when every token follows them."""
+    eos = inputs["eos_id"]
+    finished_before = np.cumsum(ids == eos, axis=1) - (ids == eos) > 0  # (B, T) EOS at an earlier step
+    rule = np.where(finished_before, eos, predicted)
+    breaks = np.argwhere((ids != rule).T)  # (step, sentence) pairs, by step
+    return None if len(breaks) == 0 else (int(breaks[0][0]), int(breaks[0][1]))
+
+
+def _stops_right(inputs: Inputs, ids: np.ndarray) -> bool:
+    """Whether decoding stopped where it should: after max_len tokens, or at the first step
+    after which every sentence has emitted EOS."""
+    done = (np.cumsum(ids == inputs["eos_id"], axis=1) > 0).all(axis=0)  # (T,) all finished by t
+    first_done = int(np.argmax(done)) + 1 if done.any() else None
+    return ids.shape[1] == min(first_done or inputs["max_len"], inputs["max_len"])
+
+
+def decode_models(inputs: Inputs, want: np.ndarray) -> list[tuple[str, Callable[[np.ndarray], bool]]]:
+    """(note, whether the bug explains the returned ids) for each classic bug of greedy
+    decoding that the judging half does not name already. Each decides from ``want`` (the
+    right ids) or from the toy model's logits on the returned ids, never by decoding."""
+    eos, max_len, T = inputs["eos_id"], inputs["max_len"], want.shape[1]
+    return [
+        ("Every step produced the token of the first step again: either the next token was read "
+         "from the logits of the first position (logits[:, 0]; the last is logits[:, -1]), or "
+         "the decoder was fed the same input each time (tgt must grow: append each new token "
+         "with torch.cat and decode the whole tgt again).",
+         lambda ids: ids.shape[1] > 1 and _stops_right(inputs, ids)
+         and np.array_equal(ids, np.repeat(want[:, :1], ids.shape[1], axis=1))),
+        ("Each step was fed only the newest token (tgt = next_id[:, None]) instead of BOS and "
+         "every token so far: the model must see the whole prefix, at its positions.",
+         lambda ids: _first_break(inputs, ids, _next_tokens_after_newest(inputs, ids)) is None
+         and _stops_right(inputs, ids)),
+        ("The first generated token is missing: return tgt[:, 1:] (drop the BOS only), not "
+         "tgt[:, 2:].",
+         lambda ids: T > 1 and np.array_equal(ids, want[:, 1:])),
+        (f"Decoding made max_len - 1 = {max_len - 1} tokens: max_len counts the generated tokens, "
+         "not the BOS (range(max_len) steps).",
+         lambda ids: T == max_len > 1 and np.array_equal(ids, want[:, :-1])),
+        ("Decoding stopped one step late: a column of eos_id after every sentence had finished "
+         "(update finished with the new tokens before testing finished.all()).",
+         lambda ids: T + 1 < max_len and np.array_equal(ids, _padded(want, T + 1, eos))),
+        (f"Decoding ran all {max_len} steps although every sentence had emitted EOS by step "
+         f"{T - 1}: stop as soon as all of them have finished.",
+         lambda ids: T < max_len and np.array_equal(ids, _padded(want, max_len, eos))),
+        ("Decoding stopped too early: it must go on until EVERY sentence of the batch has "
+         "emitted EOS (or max_len tokens were produced).",
+         lambda ids: 0 < ids.shape[1] < T - (T == max_len) and np.array_equal(ids, want[:, : ids.shape[1]])),
+    ]
+
+
+def decode_where_wrong(inputs: Inputs, ids: np.ndarray, want: np.ndarray) -> list[str]:
+    """The first step whose token greedy decoding's rules do not give, or, when every token
+    follows them, how the length differs."""
+    at = _first_break(inputs, ids, _next_tokens_after_prefixes(inputs, ids))
+    if at is None:
+        return [f"Every returned token follows from the model's logits, but the output has "
+                f"{ids.shape[1]} steps where {want.shape[1]} are expected: check when the loop stops."]
+    step, b = at
+    if (ids[b, :step] == inputs["eos_id"]).any():
+        return [f"Sentence {b} goes on after its EOS: at step {step} (0 = the first generated token) "
+                f"it has token {ids[b, step]}, where a finished sentence only repeats eos_id."]
+    return [f"The first wrong token is at step {step} (0 = the first generated token) of sentence "
+            f"{b}: {ids[b, step]}, where the argmax of the logits after BOS and the tokens before "
+            f"it is {_next_tokens_after_prefixes(inputs, ids)[b, step]}."]
+
+
 def decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     ids = got.get("ids")
     if ids is None or ids.ndim != 2:
@@ -201,20 +418,20 @@ def decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     if "smallest_decode_batch" in got and int(got["smallest_decode_batch"]) < len(inputs["src"]):
         hints.append("Decode the whole batch at every step (one call for all sentences), never one "
                      "sentence at a time: finished sentences are padded with EOS.")
+    want = expected["ids"].astype(np.int64)
+    if len(ids) != len(want) or np.array_equal(ids, want):
+        return hints  # another output is wrong (or the batch is): the checks above say which
     if not np.array_equal(ids, np.round(ids)):
-        hints.append("The ids are not whole numbers: return the argmax (token ids), not logits.")
-    want = expected["ids"]
-    if ids.shape[1] > want.shape[1] and ids.shape[1] == inputs["max_len"]:
-        hints.append(
-            f"Decoding ran all {inputs['max_len']} steps although every sentence had emitted "
-            "EOS earlier: stop as soon as all of them have finished."
-        )
-    if ids.shape[1] < want.shape[1]:
-        hints.append(
-            "Decoding stopped too early: it must go on until EVERY sentence of the batch has "
-            "emitted EOS (or max_len tokens were produced)."
-        )
-    return hints
+        return [*hints, "The ids are not whole numbers: return the argmax (token ids), not logits."]
+    ids = ids.astype(np.int64)  # reported as float64, like every tensor
+    if ids.size == 0:
+        return [*hints, "greedy_decode returned no tokens: it should take at least one step (max_len >= 1)."]
+    vocab = len(inputs["W_next"])
+    if ids.min() < 0 or ids.max() >= vocab:
+        return [*hints, f"Some ids are outside the vocabulary 0-{vocab - 1}: return the generated "
+                        "target tokens (argmax over the vocabulary), not the source."]
+    named = [note for note, explains in decode_models(inputs, want) if explains(ids)]
+    return hints + (named or decode_where_wrong(inputs, ids, want))
 
 
 CASES = [
@@ -224,8 +441,8 @@ CASES = [
         call=call_pe,
         describe=describe_pe,
         hints=pe_hints,
-        atol=1e-8,
-        rtol=1e-6,
+        atol=PE_ATOL,
+        rtol=PE_RTOL,
     ),
     Case(
         name="positional_encoding__properties",

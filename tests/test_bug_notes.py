@@ -1,0 +1,141 @@
+"""The hints' named notes of chapters 6 and 7 (attention_learner.bug_models): a note is given
+only where its bug's model explains the output.
+
+Each hint function runs on every case the notebook checks (visible and hidden), on the
+reference's own output and on the output of every zoo bug of the exercise. A note owned by
+a zoo bug (its ``expect``) must appear for that bug on some case, never on the reference's
+output, and never for another bug, unless that bug's output is the owner's on that case
+(two bugs that coincide there: the model explains both).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tests.bugzoo.ch06 as zoo06
+import tests.bugzoo.ch07 as zoo07
+from attention_learner.cases import ch06, ch07, get_case
+from grader.exercises import get_exercise
+from tests.notebook_runner import grade_id, source_notebook
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+NOTED = {  # exercise -> the zoo entries named by the hints' bug models
+    "positional_encoding": [b for b in zoo06.BUGS if b.exercise == "positional_encoding"],
+    "greedy_decode": [b for b in zoo06.BUGS if b.exercise == "greedy_decode"],
+    "online_softmax_attention": [b for b in zoo07.BUGS if b.exercise == "online_softmax_attention"],
+    "KVCache": [b for b in zoo07.BUGS if b.exercise == "KVCache"],
+    "CachedSelfAttention": [b for b in zoo07.BUGS if b.exercise == "CachedSelfAttention"],
+}
+ASSIGNMENT = {"positional_encoding": zoo06.ASSIGNMENT, "greedy_decode": zoo06.ASSIGNMENT}
+
+
+def model_notes(exercise: str) -> str:
+    """The text of every note the exercise's bug models can give (on an odd d_model for the
+    encoding, whose notes of the last column name it)."""
+    params = {"positional_encoding": {"n": 7, "d_model": 5}}.get(exercise, {})
+    spec = get_exercise(exercise)
+    inputs = spec.make_inputs(np.random.default_rng(0), **params)
+    models = {
+        "positional_encoding": lambda: ch06.pe_models(inputs, spec.expected(inputs)),
+        "greedy_decode": lambda: ch06.decode_models(inputs, spec.expected(inputs)["ids"]),
+        "online_softmax_attention": lambda: ch07.online_models(inputs),
+        "KVCache": lambda: ch07.cache_models(inputs),
+        "CachedSelfAttention": lambda: ch07.cached_models(inputs),
+    }[exercise]()
+    lengths_note = "Each chunk was appended to the cache twice" if exercise == "CachedSelfAttention" else ""
+    return " ".join([note for note, _ in models] + [lengths_note])
+
+
+def notebook_checks(assignment: str, exercise: str) -> list[tuple[str, int, dict]]:
+    """(case name, seed, params) of every check(...) call on ``exercise`` in the source's test
+    cells, hidden ones included, of the cases that have hints."""
+    found = []
+    for cell in source_notebook(assignment).cells:
+        if not (grade_id(cell) or "").startswith("test_"):
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
+                name = ast.literal_eval(node.args[0])
+                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                if name.split("__")[0] == exercise and get_case(name).hints is not None:
+                    found.append((name, kwargs.pop("seed"), kwargs))
+    return found
+
+
+def defined(code: str, exercise: str, assignment: str):
+    """The function or class that ``code`` (a solution cell) defines, with the setup cell's
+    names and, for chapter 7, the source's own KVCache."""
+    namespace = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
+    if exercise == "CachedSelfAttention":
+        kv = next(c for c in source_notebook(assignment).cells if grade_id(c) == "KVCache")
+        exec(kv.source, namespace)
+    exec(code, namespace)
+    return namespace[exercise]
+
+
+def outputs(case_name: str, learner, seed: int, params: dict):
+    """(inputs, expected, the learner's outputs or None where it raised)."""
+    spec = get_exercise(case_name)
+    inputs = spec.make_inputs(np.random.default_rng(seed), **params)
+    expected = spec.expected(inputs)
+    torch.set_default_dtype(torch.float64)
+    try:
+        with np.errstate(all="ignore"):
+            got = get_case(case_name).call(learner, {k: v.copy() if isinstance(v, np.ndarray) else v
+                                                      for k, v in inputs.items()})
+    except Exception:
+        got = None
+    finally:
+        torch.set_default_dtype(torch.float32)
+    return inputs, expected, got
+
+
+def same(a: dict | None, b: dict | None, case_name: str) -> bool:
+    case = get_case(case_name)
+    return a is not None and b is not None and a.keys() == b.keys() and all(
+        a[k].shape == b[k].shape and np.allclose(a[k], b[k], atol=case.atol, rtol=case.rtol, equal_nan=True)
+        for k in a
+    )
+
+
+def solution(exercise: str, assignment: str) -> str:
+    return next(c.source for c in source_notebook(assignment).cells if grade_id(c) == exercise)
+
+
+@pytest.mark.parametrize("exercise", sorted(NOTED))
+def test_a_note_is_given_only_where_its_bug_model_explains_the_output(exercise):
+    assignment = ASSIGNMENT.get(exercise, zoo07.ASSIGNMENT)
+    bugs = NOTED[exercise]
+    hint_notes = {b.expect for b in bugs if b.expect and b.expect in model_notes(exercise)}
+    runs = {"reference": solution(exercise, assignment), **{b.name: b.code for b in bugs}}
+    owner = {b.expect: b.name for b in bugs if b.expect}
+    shown: dict[str, set[str]] = {name: set() for name in runs}
+    for case_name, seed, params in notebook_checks(assignment, exercise):
+        produced = {name: outputs(case_name, defined(code, exercise, assignment), seed, params)
+                    for name, code in runs.items()}
+        for name, (inputs, expected, got) in produced.items():
+            if got is None:
+                continue
+            hints = " ".join(get_case(case_name).hints(inputs, expected, got))
+            for note in hint_notes:
+                if note not in hints:
+                    continue
+                shown[name].add(note)
+                coincides = same(got, produced[owner[note]][2], case_name)
+                assert name == owner[note] or coincides, (
+                    f"{case_name} seed={seed} {params}: the note {note!r} was given for {name}, "
+                    f"whose output is not {owner[note]}'s"
+                )
+    assert not shown["reference"], f"the reference's own output got notes: {shown['reference']}"
+    given = set().union(*shown.values())
+    assert given, f"no zoo bug of {exercise} is named by a hint note"
+    unshown = sorted(note for note in given if note not in shown[owner[note]])
+    assert not unshown, f"notes given only for other bugs, never for their own: {unshown}"
