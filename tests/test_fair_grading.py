@@ -15,12 +15,14 @@ import pytest
 
 from tests.notebook_runner import exercise_of, run_cells, source_notebook
 
-CH1, CH2, CH3, CH4, CH5 = (
+CH1, CH2, CH3, CH4, CH5, CH6, CH7 = (
     "01_rnn_bottlenecks",
     "02_queries_keys_values",
     "03_scaled_dot_product",
     "04_multi_head",
     "05_transformer_attention",
+    "06_tiny_translator",
+    "07_attention_at_scale",
 )
 
 # (assignment, exercise, style, solution cell)
@@ -206,7 +208,436 @@ def causal_mask(n):
 def padding_mask(lengths, max_len):
     return torch.as_tensor(lengths).unsqueeze(1) > torch.arange(max_len).unsqueeze(0)
 """),
+    # ---------------------------------------------------------------- chapter 6
+    (CH6, "positional_encoding", "loops-over-positions-and-pairs", """
+import math
+
+def positional_encoding(n, d_model):
+    pe = np.zeros((n, d_model))
+    for p in range(n):
+        for i in range(0, d_model, 2):
+            angle = p / 10000 ** (i / d_model)
+            pe[p, i] = math.sin(angle)
+            if i + 1 < d_model:
+                pe[p, i + 1] = math.cos(angle)
+    return pe
+"""),
+    (CH6, "positional_encoding", "exp-log-div-term", """
+def positional_encoding(n, d_model):
+    position = np.arange(n)[:, None]
+    div_term = np.exp(np.arange(0, d_model, 2) * (-np.log(10000.0) / d_model))
+    pe = np.zeros((n, d_model))
+    pe[:, 0::2] = np.sin(position * div_term)
+    pe[:, 1::2] = np.cos(position * div_term[: d_model // 2])
+    return pe
+"""),
+    (CH6, "positional_encoding", "torch-inside", """
+def positional_encoding(n, d_model):
+    p = torch.arange(n, dtype=torch.float64).unsqueeze(1)
+    w = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    angles = p * w
+    pe = torch.zeros(n, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return pe.numpy()
+"""),
+    (CH6, "positional_encoding", "stack-then-reshape-and-helper", """
+def _frequencies(d_model):
+    return 1.0 / np.power(10000.0, np.arange(0, d_model, 2) / d_model)  # (ceil(d_model / 2),)
+
+def positional_encoding(n, d_model):
+    angles = np.outer(np.arange(n), _frequencies(d_model))  # (n, ceil(d_model / 2))
+    pairs = np.stack([np.sin(angles), np.cos(angles)], axis=-1)  # (n, ceil(d_model / 2), 2)
+    pe = pairs.reshape(n, -1)[:, :d_model]
+    assert pe.shape == (n, d_model)
+    return pe
+"""),
+    (CH6, "positional_encoding", "where-on-column-parity-with-prints", """
+def positional_encoding(n, d_model):
+    j = np.arange(d_model)
+    angles = np.arange(n)[:, None] / 10000 ** ((j - j % 2) / d_model)  # (n, d_model): one frequency per pair
+    print("encoding", n, "positions in", d_model, "columns")
+    return np.where(j % 2 == 0, np.sin(angles), np.cos(angles))
+"""),
+    (CH6, "greedy_decode", "list-of-columns", """
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    memory = model.encode(src)
+    columns = [torch.full((src.shape[0],), bos_id, dtype=torch.long)]
+    done = torch.zeros(src.shape[0], dtype=torch.bool)
+    while len(columns) <= max_len and not done.all():
+        logits = model.decode(torch.stack(columns, dim=1), memory)
+        token = logits[:, -1].argmax(-1)
+        token[done] = eos_id
+        columns.append(token)
+        done |= token == eos_id
+    return torch.stack(columns, dim=1)[:, 1:]
+"""),
+    (CH6, "greedy_decode", "masked-fill-and-any", """
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    memory = model.encode(src)
+    ys = torch.full((len(src), 1), bos_id, dtype=torch.int64)
+    alive = torch.ones(len(src), dtype=torch.bool)
+    for step in range(max_len):
+        nxt = model.decode(ys, memory)[:, -1, :].max(dim=-1).indices
+        nxt = nxt.masked_fill(~alive, eos_id)
+        ys = torch.cat((ys, nxt.unsqueeze(-1)), dim=-1)
+        alive = alive & (nxt != eos_id)
+        if not alive.any():
+            break
+    return ys[:, 1:].clone()
+"""),
+    (CH6, "greedy_decode", "preallocated-in-place", """
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    memory = model.encode(src)
+    B = src.shape[0]
+    tgt = torch.full((B, max_len + 1), eos_id, dtype=torch.long)
+    tgt[:, 0] = bos_id
+    finished = torch.zeros(B, dtype=torch.bool)
+    steps = 0
+    for t in range(1, max_len + 1):
+        next_id = model.decode(tgt[:, :t], memory)[:, -1].argmax(dim=-1)
+        tgt[:, t] = torch.where(finished, torch.tensor(eos_id), next_id)
+        finished |= tgt[:, t] == eos_id
+        steps = t
+        if bool(finished.all()):
+            break
+    return tgt[:, 1 : steps + 1]
+"""),
+    (CH6, "greedy_decode", "helper-and-assert", """
+def _step(model, tgt, memory):
+    return model.decode(tgt, memory)[:, -1].argmax(dim=-1)  # (B,)
+
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    memory = model.encode(src)
+    tgt = torch.tensor([[bos_id]] * src.shape[0])
+    finished = torch.tensor([False] * src.shape[0])
+    for _ in range(max_len):
+        next_id = torch.where(finished, eos_id, _step(model, tgt, memory))
+        tgt = torch.hstack([tgt, next_id[:, None]])
+        finished = torch.logical_or(finished, next_id.eq(eos_id))
+        if finished.all():
+            break
+    assert tgt.dtype == torch.int64
+    return tgt[:, 1:]
+"""),
+    (CH6, "greedy_decode", "reruns-the-setup-cell", """
+import numpy as np
+import torch
+
+torch.set_default_dtype(torch.float64)
+
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    memory = model.encode(src)
+    out = torch.empty(src.shape[0], 0, dtype=torch.long)
+    for _ in range(max_len):
+        tgt = torch.cat([torch.full((src.shape[0], 1), bos_id, dtype=torch.long), out], dim=1)
+        next_id = model.decode(tgt, memory)[:, -1].argmax(dim=-1)
+        if out.shape[1]:
+            ended = (out == eos_id).any(dim=1)
+            next_id = torch.where(ended, torch.full_like(next_id, eos_id), next_id)
+        out = torch.cat([out, next_id[:, None]], dim=1)
+        if (out == eos_id).any(dim=1).all():
+            break
+    return out
+"""),
+    # ---------------------------------------------------------------- chapter 7
+    (CH7, "online_softmax_attention", "einsum-and-neg-inf-guards", """
+def online_softmax_attention(Q, K, V, block_size, mask=None):
+    n_k = K.shape[-2]
+    rows = () if mask is None else np.shape(mask)[:-1]
+    shape = np.broadcast_shapes(Q.shape[:-1], K.shape[:-2] + (1,), rows)
+    m = np.full(shape + (1,), -np.inf)
+    l = np.zeros(shape + (1,))
+    acc = np.zeros(shape + V.shape[-1:])
+    for a in range(0, n_k, block_size):
+        s = np.einsum("...qd,...kd->...qk", Q, K[..., a : a + block_size, :]) / np.sqrt(Q.shape[-1])
+        if mask is not None:
+            s = np.where(mask[..., a : a + block_size], s, -np.inf)
+        m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+        safe = np.where(m_new == -np.inf, 0.0, m_new)
+        c = np.where(m == -np.inf, 0.0, np.exp(m - safe))
+        p = np.exp(s - safe)
+        l = c * l + p.sum(-1, keepdims=True)
+        acc = c * acc + np.einsum("...qk,...kv->...qv", p, V[..., a : a + block_size, :])
+        m = m_new
+    out = np.zeros_like(acc)
+    np.divide(acc, l, out=out, where=l > 0)
+    return out
+"""),
+    (CH7, "online_softmax_attention", "in-place-updates", """
+def online_softmax_attention(Q, K, V, block_size, mask=None):
+    n_q, d_k = Q.shape[-2:]
+    n_k, d_v = V.shape[-2:]
+    batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2], np.shape(mask)[:-2])
+    m = np.full((*batch, n_q, 1), -np.inf)
+    total = np.zeros((*batch, n_q, 1))
+    acc = np.zeros((*batch, n_q, d_v))
+    for start in range(0, n_k, block_size):
+        s = Q @ np.swapaxes(K[..., start : start + block_size, :], -1, -2)
+        s /= math.sqrt(d_k)
+        if mask is not None:
+            s = np.where(mask[..., start : start + block_size], s, -np.inf)
+        m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+        shift = np.where(np.isfinite(m_new), m_new, 0.0)
+        correction = np.exp(np.where(np.isfinite(m), m - shift, -np.inf))
+        s -= shift
+        np.exp(s, out=s)
+        total *= correction
+        total += s.sum(axis=-1, keepdims=True)
+        acc *= correction
+        acc += s @ V[..., start : start + block_size, :]
+        m = m_new
+    acc[np.broadcast_to(total == 0, acc.shape)] = 0.0
+    np.divide(acc, total, out=acc, where=total > 0)
+    return acc
+"""),
+    (CH7, "online_softmax_attention", "torch-inside", """
+def online_softmax_attention(Q, K, V, block_size, mask=None):
+    q, k, v = (torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (Q, K, V))
+    mk = None if mask is None else torch.from_numpy(np.asarray(mask))
+    s0 = q @ k[..., :0, :].transpose(-1, -2)
+    m = torch.full(s0.shape[:-1] + (1,), float("-inf"))
+    l = torch.zeros_like(m)
+    acc = torch.zeros(s0.shape[:-1] + v.shape[-1:])
+    for a in range(0, k.shape[-2], block_size):
+        s = q @ k[..., a : a + block_size, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if mk is not None:
+            s = s.masked_fill(~mk[..., a : a + block_size], float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        shift = torch.nan_to_num(m_new, neginf=0.0)
+        c = torch.exp(torch.where(torch.isfinite(m), m - shift, torch.zeros_like(m)))
+        p = torch.exp(s - shift)
+        l, acc, m = c * l + p.sum(-1, keepdim=True), c * acc + p @ v[..., a : a + block_size, :], m_new
+    return torch.where(l > 0, acc / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(acc)).numpy()
+"""),
+    (CH7, "online_softmax_attention", "block-logsumexp-merge", """
+def _block(Q, K_b, V_b, mask_b):
+    s = Q @ np.swapaxes(K_b, -1, -2) / np.sqrt(Q.shape[-1])  # (..., n_q, b)
+    if mask_b is not None:
+        s = np.where(mask_b, s, -np.inf)
+    top = s.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(s - top)
+    return top, e.sum(axis=-1, keepdims=True), e @ V_b  # shift, sum, weighted values
+
+def online_softmax_attention(Q, K, V, block_size, mask=None):
+    log_total, acc = None, None
+    for a in range(0, K.shape[-2], block_size):
+        b = a + block_size
+        top, l_b, a_b = _block(Q, K[..., a:b, :], V[..., a:b, :], None if mask is None else mask[..., a:b])
+        with np.errstate(divide="ignore"):
+            log_b = top + np.log(l_b)  # log of this block's sum of exp(scores)
+        if log_total is None:
+            log_total, acc = log_b, np.where(l_b > 0, a_b / np.where(l_b > 0, l_b, 1.0), 0.0)
+            continue
+        new = np.logaddexp(log_total, log_b)
+        keep = np.where(np.isfinite(new), np.exp(log_total - np.where(np.isfinite(new), new, 0.0)), 0.0)
+        take = np.where(np.isfinite(new), np.exp(top - np.where(np.isfinite(new), new, 0.0)), 0.0)
+        acc, log_total = keep * acc + take * a_b, new
+    return acc
+"""),
+    (CH7, "online_softmax_attention", "loop-over-query-rows-with-assert", """
+def online_softmax_attention(Q, K, V, block_size, mask=None):
+    shape = np.broadcast_shapes(Q.shape[:-1], K.shape[:-2] + (1,))
+    Qb = np.broadcast_to(Q, shape + Q.shape[-1:])
+    Kb = np.broadcast_to(K, shape[:-1] + K.shape[-2:])
+    Vb = np.broadcast_to(V, shape[:-1] + V.shape[-2:])
+    Mb = None if mask is None else np.broadcast_to(mask, shape + K.shape[-2:-1])
+    out = np.zeros(shape + V.shape[-1:])
+    for idx in np.ndindex(*shape):  # one query row at a time: the keys still come in blocks
+        m, total, acc = -np.inf, 0.0, np.zeros(V.shape[-1])
+        for a in range(0, K.shape[-2], block_size):
+            s = Kb[idx[:-1]][a : a + block_size] @ Qb[idx] / math.sqrt(Q.shape[-1])
+            if Mb is not None:
+                s = np.where(Mb[idx][a : a + block_size], s, -np.inf)
+            m_new = max(m, s.max())
+            if m_new == -np.inf:
+                continue
+            c = math.exp(m - m_new) if m > -np.inf else 0.0
+            p = np.exp(s - m_new)
+            total, acc, m = c * total + p.sum(), c * acc + p @ Vb[idx[:-1]][a : a + block_size], m_new
+        out[idx] = acc / total if total > 0 else 0.0
+    assert out.dtype == np.float64
+    return out
+"""),
+    (CH7, "KVCache", "lists-of-chunks", """
+class KVCache:
+    def __init__(self):
+        self.k = None
+        self.v = None
+        self._chunks = []
+
+    def __len__(self):
+        return sum(k.shape[-2] for k, _ in self._chunks)
+
+    def append(self, k_new, v_new):
+        self._chunks.append((k_new, v_new))
+        self.k = torch.cat([k for k, _ in self._chunks], dim=-2)
+        self.v = torch.cat([v for _, v in self._chunks], dim=-2)
+        return self.k, self.v
+"""),
+    (CH7, "KVCache", "preallocated-buffer", """
+class KVCache:
+    def __init__(self):
+        self.k = self.v = None
+        self._n = 0
+        self._kbuf = self._vbuf = None
+
+    def __len__(self):
+        return self._n
+
+    def append(self, k_new, v_new):
+        t = k_new.shape[-2]
+        if self._kbuf is None or self._n + t > self._kbuf.shape[-2]:
+            size = 2 * (self._n + t)
+            kbuf = k_new.new_zeros(*k_new.shape[:-2], size, k_new.shape[-1])
+            vbuf = v_new.new_zeros(*v_new.shape[:-2], size, v_new.shape[-1])
+            if self._n:
+                kbuf[..., : self._n, :] = self._kbuf[..., : self._n, :]
+                vbuf[..., : self._n, :] = self._vbuf[..., : self._n, :]
+            self._kbuf, self._vbuf = kbuf, vbuf
+        self._kbuf[..., self._n : self._n + t, :] = k_new
+        self._vbuf[..., self._n : self._n + t, :] = v_new
+        self._n += t
+        self.k, self.v = self._kbuf[..., : self._n, :], self._vbuf[..., : self._n, :]
+        return self.k, self.v
+"""),
+    (CH7, "KVCache", "dim-2-and-property-len", """
+class KVCache:
+    def __init__(self):
+        self.k, self.v = None, None
+
+    @property
+    def length(self):
+        return 0 if self.k is None else self.k.size(2)
+
+    def __len__(self):
+        return self.length
+
+    def append(self, k_new, v_new):
+        self.k = k_new if self.k is None else torch.cat((self.k, k_new), 2)
+        self.v = v_new if self.v is None else torch.cat((self.v, v_new), 2)
+        return (self.k, self.v)
+"""),
+    (CH7, "KVCache", "empty-tensors-and-assert", """
+class KVCache:
+    def __init__(self):
+        self.k = None
+        self.v = None
+
+    def __len__(self):
+        return 0 if self.k is None else int(self.k.shape[-2])
+
+    def append(self, k_new, v_new):
+        assert k_new.shape[-2] == v_new.shape[-2], "keys and values of the same positions"
+        old_k = k_new[..., :0, :] if self.k is None else self.k
+        old_v = v_new[..., :0, :] if self.v is None else self.v
+        self.k, self.v = torch.cat([old_k, k_new], dim=-2), torch.cat([old_v, v_new], dim=-2)
+        return self.k, self.v
+"""),
+    (CH7, "KVCache", "numpy-concatenate-inside", """
+class KVCache:
+    def __init__(self):
+        self.k = None
+        self.v = None
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k_new, v_new):
+        def join(old, new):
+            both = [old.numpy(), new.numpy()] if old is not None else [new.numpy()]
+            return torch.from_numpy(np.concatenate(both, axis=-2))
+
+        self.k, self.v = join(self.k, k_new), join(self.v, v_new)
+        return self.k, self.v
+"""),
 ]
+
+# (assignment, exercise, style, solution cell): chapter 7's third exercise, which the others'
+# solution cells (KVCache) are run with
+CACHED_STYLES = [
+    ("manual-softmax-einsum", """
+        q = self.W_q(x_new).view(B, t_new, self.num_heads, self.d_head)
+        k = self.W_k(x_new).view(B, t_new, self.num_heads, self.d_head).permute(0, 2, 1, 3)
+        v = self.W_v(x_new).view(B, t_new, self.num_heads, self.d_head).permute(0, 2, 1, 3)
+        k, v = self.cache.append(k, v)
+        scores = torch.einsum("bqhd,bhkd->bhqk", q, k) / math.sqrt(self.d_head)
+        visible = torch.arange(k.shape[-2])[None, :] <= (start + torch.arange(t_new))[:, None]
+        weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
+        out = torch.einsum("bhqk,bhkd->bqhd", weights, v).reshape(B, t_new, -1)
+        return self.W_o(out)
+"""),
+    ("float-mask-and-matmul", """
+        q = self.W_q(x_new).reshape(B, t_new, self.num_heads, -1).transpose(1, 2)
+        k, v = self.cache.append(self.W_k(x_new).reshape(B, t_new, self.num_heads, -1).transpose(1, 2),
+                                 self.W_v(x_new).reshape(B, t_new, self.num_heads, -1).transpose(1, 2))
+        n = k.shape[-2]
+        bias = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)[start:]  # (t_new, n)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / self.d_head ** 0.5 + bias, dim=-1)
+        return self.W_o((weights @ v).transpose(1, 2).contiguous().view(B, t_new, -1))
+"""),
+    ("tril-mask-and-helpers", """
+        def split(x):
+            return torch.stack(x.chunk(self.num_heads, dim=-1), dim=1)  # (B, h, t_new, d_head)
+
+        def merge(x):
+            return torch.cat(x.unbind(dim=1), dim=-1)  # (B, t_new, d_model)
+
+        k, v = self.cache.append(split(self.W_k(x_new)), split(self.W_v(x_new)))
+        full = torch.tril(torch.ones(k.shape[-2], k.shape[-2], dtype=torch.bool))
+        out = F.scaled_dot_product_attention(split(self.W_q(x_new)), k, v, attn_mask=full[-t_new:])
+        return self.W_o(merge(out))
+"""),
+    ("loop-over-heads-with-print", """
+        k_all, v_all = self.cache.append(
+            self.W_k(x_new).view(B, t_new, self.num_heads, self.d_head).transpose(1, 2),
+            self.W_v(x_new).view(B, t_new, self.num_heads, self.d_head).transpose(1, 2),
+        )
+        q_all = self.W_q(x_new).view(B, t_new, self.num_heads, self.d_head).transpose(1, 2)
+        mask = torch.ones(t_new, start + t_new, dtype=torch.bool).tril(diagonal=start)
+        heads = []
+        for h in range(self.num_heads):
+            s = q_all[:, h] @ k_all[:, h].transpose(-1, -2) / math.sqrt(self.d_head)
+            heads.append(torch.softmax(s.masked_fill(~mask, -torch.inf), dim=-1) @ v_all[:, h])
+        print("decoded", t_new, "token(s) after", start)
+        return self.W_o(torch.cat(heads, dim=-1))
+"""),
+    ("is-causal-on-the-first-chunk", """
+        q = self.W_q(x_new).unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
+        k_new = self.W_k(x_new).unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
+        v_new = self.W_v(x_new).unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
+        k, v = self.cache.append(k_new, v_new)
+        if start == 0:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            key_pos, query_pos = torch.arange(start + t_new), torch.arange(start, start + t_new)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_pos <= query_pos[:, None])
+        return self.W_o(out.transpose(1, 2).flatten(2))
+"""),
+]
+
+_CACHED_HEAD = """
+class CachedSelfAttention(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.d_head = d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+        self.cache = KVCache()
+
+    def reset(self):
+        self.cache = KVCache()
+
+    def forward(self, x_new):
+        B, t_new, d_model = x_new.shape
+        start = len(self.cache)
+"""
+CORRECT += [(CH7, "CachedSelfAttention", name, _CACHED_HEAD + body) for name, body in CACHED_STYLES]
 
 # (assignment, exercise, false-pass class, solution cell, phrase the failure must contain)
 WRONG = [
@@ -311,5 +742,11 @@ def test_false_pass_class_loses_points(assignment, exercise, code, expect):
     )
 
 
-def test_every_chapter_1_to_5_has_correct_styles():
-    assert {a for a, *_ in CORRECT} == {CH1, CH2, CH3, CH4, CH5}
+def test_every_chapter_1_to_7_has_correct_styles():
+    assert {a for a, *_ in CORRECT} == {CH1, CH2, CH3, CH4, CH5, CH6, CH7}
+
+
+@pytest.mark.parametrize("exercise", ["positional_encoding", "greedy_decode", "online_softmax_attention",
+                                      "KVCache", "CachedSelfAttention"])
+def test_chapters_6_and_7_have_five_styles_per_exercise(exercise):
+    assert sum(e == exercise for _, e, *_ in CORRECT) >= 5
