@@ -316,20 +316,7 @@ def inspect(driver, url: str, html_dir: Path, base: str, page: str, width_name: 
     return problems
 
 
-# Chapter 8's pages landed in the same stop as the 9 pt rule for figure text at 390 px, and
-# three of their figures still draw text at 7.1 to 8.5 pt there: a known defect, to be fixed
-# by redrawing them at the book's width (book_figures.style), not by loosening the rule.
-SMALL_FIGURE_TEXT = {f"chapters/08_build_train_decode/{name}"
-                     for name in ("assembling", "training", "decoder_only")}
-
-
-def _page_params() -> list:
-    reason = "known defect: figure text under 9 pt at 390 px (see SMALL_FIGURE_TEXT)"
-    return [pytest.param(page, marks=pytest.mark.xfail(reason=reason, strict=False))
-            if page in SMALL_FIGURE_TEXT else page for page in toc_files()]
-
-
-@pytest.mark.parametrize("page", _page_params())
+@pytest.mark.parametrize("page", toc_files())
 def test_page_reads_well_in_chromium(page, browser, book_url, built_book):
     url = urljoin(book_url, f"{page}.html")
     problems = []
