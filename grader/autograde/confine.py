@@ -129,6 +129,15 @@ def drop_privileges(as_root: bool) -> None:
     _prctl(PR_SET_DUMPABLE, 0)
 
 
+def address_space() -> int:
+    """This process's address space (VmSize), in bytes: what an address-space limit adds to."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def can_use_user_namespaces() -> bool:
     """Whether this kernel lets an ordinary user create user namespaces (a quick sysctl read)."""
     try:

@@ -24,6 +24,7 @@ import numpy as np
 
 from attention_learner import recording
 from grader.autograde.child_report import MAX_RECORD_ELEMENTS, encode_arrays, write_line
+from grader.autograde.confine import address_space
 
 MAX_STREAM_CHARS = 20_000  # per cell and stream; more is cut with a note
 MAX_ERROR_CHARS = 2_000  # an exception's text, as echoed into feedback
@@ -194,7 +195,7 @@ def _memory_limiter() -> Any:
     enforced so, by the kernel (an allocation over it raises MemoryError), never by a figure
     the learner's process reports. Taken when the job starts, before any learner code."""
     setrlimit, getrlimit, limit_as = resource.setrlimit, resource.getrlimit, resource.RLIMIT_AS
-    baseline = _mapped_bytes()
+    baseline = address_space()
 
     def limit(extra: int) -> None:
         wanted = baseline + int(extra)
@@ -203,15 +204,6 @@ def _memory_limiter() -> Any:
             setrlimit(limit_as, (wanted, wanted))
 
     return limit
-
-
-def _mapped_bytes() -> int:
-    """This process's address space (VmSize), in bytes."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def _bounded(output: dict) -> dict:

@@ -52,20 +52,12 @@ def _limits(limits: Limits, isolation: Isolation, counted: bool, as_root: bool) 
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_CPU: int(limits.timeout) + 5,
         resource.RLIMIT_FSIZE: limits.file_bytes,
-        resource.RLIMIT_AS: _current_address_space() + memory,
+        resource.RLIMIT_AS: confine.address_space() + memory,
     }
     if isolation is Isolation.NAMESPACES:  # per job in its own user namespace, else per uid
         values[resource.RLIMIT_NPROC] = SHARED_UID_TASKS[counted] if as_root else limits.processes
         values[resource.RLIMIT_NOFILE] = limits.files
     return values
-
-
-def _current_address_space() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def _learner_environment(home: str) -> dict[str, str]:

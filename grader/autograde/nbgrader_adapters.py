@@ -119,29 +119,31 @@ class SharedOverwriteCells(OverwriteCells):
             return super().preprocess(nb, resources)
 
 
-class SharedAssignLatePenalties(AssignLatePenalties):
+class _OnTheRunsGradebook:
+    """An nbgrader preprocessor whose module (``lends_in``) is lent the run's gradebook."""
+
+    lends_in: Any
+
+    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shared = gradebook
+
+    def preprocess(self, nb, resources):
+        with lent_gradebook(self.lends_in, self.shared):
+            return super().preprocess(nb, resources)
+
+
+class SharedAssignLatePenalties(_OnTheRunsGradebook, AssignLatePenalties):
     """nbgrader's AssignLatePenalties (the plugin's penalty per notebook, between 0 and the
     notebook's score), on the run's gradebook; ``config`` carries the plugin and its setting."""
 
-    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.shared = gradebook
-
-    def preprocess(self, nb, resources):
-        with lent_gradebook(latesubmissions, self.shared):
-            return super().preprocess(nb, resources)
+    lends_in = latesubmissions
 
 
-class SharedSaveAutoGrades(SaveAutoGrades):
+class SharedSaveAutoGrades(_OnTheRunsGradebook, SaveAutoGrades):
     """nbgrader's SaveAutoGrades (determine_grade -> auto_score), on the run's gradebook."""
 
-    def __init__(self, gradebook: Gradebook, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.shared = gradebook
-
-    def preprocess(self, nb, resources):
-        with lent_gradebook(saveautogrades, self.shared):
-            return super().preprocess(nb, resources)
+    lends_in = saveautogrades
 
 
 # ------------------------------------------------------------------ the metadata schema
