@@ -345,6 +345,8 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
     (CH7, "online_softmax_attention", "einsum-and-neg-inf-guards", """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     n_k = K.shape[-2]
+    if mask is not None:
+        mask = np.broadcast_to(mask, np.shape(mask)[:-1] + (n_k,))
     rows = () if mask is None else np.shape(mask)[:-1]
     shape = np.broadcast_shapes(Q.shape[:-1], K.shape[:-2] + (1,), rows)
     m = np.full(shape + (1,), -np.inf)
@@ -370,6 +372,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     n_q, d_k = Q.shape[-2:]
     n_k, d_v = V.shape[-2:]
     batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2], np.shape(mask)[:-2])
+    keys_mask = None if mask is None else np.broadcast_to(mask, (*np.shape(mask)[:-1], n_k))
     m = np.full((*batch, n_q, 1), -np.inf)
     total = np.zeros((*batch, n_q, 1))
     acc = np.zeros((*batch, n_q, d_v))
@@ -377,7 +380,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
         s = Q @ np.swapaxes(K[..., start : start + block_size, :], -1, -2)
         s /= math.sqrt(d_k)
         if mask is not None:
-            s = np.where(mask[..., start : start + block_size], s, -np.inf)
+            s = np.where(keys_mask[..., start : start + block_size], s, -np.inf)
         m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
         shift = np.where(np.isfinite(m_new), m_new, 0.0)
         correction = np.exp(np.where(np.isfinite(m), m - shift, -np.inf))
@@ -395,7 +398,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     (CH7, "online_softmax_attention", "torch-inside", """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     q, k, v = (torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (Q, K, V))
-    mk = None if mask is None else torch.from_numpy(np.asarray(mask))
+    mk = None if mask is None else torch.from_numpy(np.asarray(mask)).expand(*np.shape(mask)[:-1], k.shape[-2])
     s0 = q @ k[..., :0, :].transpose(-1, -2)
     m = torch.full(s0.shape[:-1] + (1,), float("-inf"))
     l = torch.zeros_like(m)
@@ -422,6 +425,8 @@ def _block(Q, K_b, V_b, mask_b):
     return top, e.sum(axis=-1, keepdims=True), e @ V_b  # shift, sum, weighted values
 
 def online_softmax_attention(Q, K, V, block_size, mask=None):
+    if mask is not None:  # a last axis of 1 answers for every key
+        mask = np.broadcast_to(mask, mask.shape[:-1] + K.shape[-2:-1])
     log_total, acc = None, None
     for a in range(0, K.shape[-2], block_size):
         b = a + block_size

@@ -28,7 +28,9 @@ def attention_mask(
     None: no mask. "random": (*batch, n_q, n_k), about a third of the entries masked.
     "causal": (n_q, n_k), key j visible to query i when j <= i. "padding": (*batch, 1, n_k),
     a key padding mask broadcast over queries (the last key of each sequence is padding).
-    "fully_masked": like "random", but query row 0 sees no key at all.
+    "fully_masked": like "random", but query row 0 sees no key at all. "per_query":
+    (*batch, n_q, 1), one answer per query for all of its keys (a last axis of 1 broadcasts);
+    query 0 sees every key and about a third of the others see none.
     """
     batch = tuple(batch)
     if kind is None:
@@ -46,6 +48,10 @@ def attention_mask(
         if kind == "fully_masked":
             mask[..., 0, :] = False  # ... except row 0, which keeps none
         return mask
+    if kind == "per_query":
+        mask = rng.random((*batch, n_q, 1)) > 0.35
+        mask[..., 0, :] = True
+        return mask
     raise ValueError(f"unknown mask kind {kind!r}")
 
 
@@ -57,4 +63,5 @@ def describe_mask(kind: str | None) -> str:
         "causal": "a causal mask",
         "padding": "a key padding mask of shape (..., 1, n_k)",
         "fully_masked": "a mask that blocks every key of query 0",
+        "per_query": "a mask of shape (..., n_q, 1): some queries see every key, others none",
     }[kind]

@@ -12,6 +12,8 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     m = np.full((*batch, n_q, 1), -np.inf)
     total = np.zeros((*batch, n_q, 1))
     acc = np.zeros((*batch, n_q, d_v))
+    if mask is not None:
+        mask = np.broadcast_to(mask, (*np.shape(mask)[:-1], n_k))
     for start in range({stop_range}):
         stop = min(start + block_size, n_k)
         s = Q @ np.swapaxes(K[..., start:stop, :], -1, -2) {scale}

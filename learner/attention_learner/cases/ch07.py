@@ -127,6 +127,8 @@ def _block_sums(inputs: dict[str, Any]) -> list[tuple[np.ndarray, np.ndarray, np
     a_b = sum_j exp(s_j - shift) v_j (..., n_q, d_v); s = Q K^T / sqrt(d_k), masked keys -inf."""
     Q, K, V, block, mask = (inputs[n] for n in ("Q", "K", "V", "block_size", "mask"))
     n_k = K.shape[-2]
+    if mask is not None:  # a last axis of 1 answers for every key
+        mask = np.broadcast_to(mask, (*mask.shape[:-1], n_k))  # (..., n_q, n_k)
     m = np.full((*np.broadcast_shapes(Q.shape[:-1], K.shape[:-2] + (1,)), 1), -np.inf)  # (..., n_q, 1)
     sums = []
     for start in range(0, n_k, block):

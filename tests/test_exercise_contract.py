@@ -1,0 +1,147 @@
+"""The decisions of ``docs/exercise_contract.md`` on the contract's open questions, each held.
+
+For each decision: the reference keeps it, the notebook states it, a hidden test of the
+source notebook exercises it, and an implementation that breaks it is not judged correct.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attention_learner.cases import ch06, ch07, get_case
+from grader.exercises import get_exercise
+from grader.paths import ROOT
+from grader.reference import greedy_decode, online_softmax_attention, scaled_dot_product_attention
+from tests.notebook_runner import grade_id, source_notebook
+
+DOC = " ".join((ROOT / "docs" / "exercise_contract.md").read_text(encoding="utf-8").split())
+
+
+def hidden_checks(assignment: str, case: str) -> list[dict]:
+    """The keyword arguments of every check(case, ...) call in the source's hidden tests."""
+    found = []
+    for cell in source_notebook(assignment).cells:
+        if not (grade_id(cell) or "").startswith("test_") or "### BEGIN HIDDEN TESTS" not in cell.source:
+            continue
+        hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1]
+        for node in ast.walk(ast.parse(hidden.replace("### END HIDDEN TESTS", ""))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
+                if ast.literal_eval(node.args[0]) == case:
+                    found.append({k.arg: ast.literal_eval(k.value) for k in node.keywords})
+    return found
+
+
+def notebook_text(assignment: str) -> str:
+    return " ".join(
+        " ".join(c.source.split()) for c in source_notebook(assignment).cells if c.cell_type == "markdown"
+    )
+
+
+def verdict(case_name: str, fn, **params) -> tuple[dict, dict]:
+    """(expected, the function's outputs) of one case, as the judge compares them."""
+    spec = get_exercise(case_name)
+    inputs = spec.make_inputs(np.random.default_rng(params.pop("seed", 0)), **params)
+    return spec.expected(inputs), get_case(case_name).call(fn, inputs)
+
+
+def same(expected: dict, got: dict, case_name: str) -> bool:
+    case = get_case(case_name)
+    return all(
+        np.allclose(np.asarray(got[k]), np.asarray(v), atol=case.atol, rtol=case.rtol)
+        for k, v in expected.items()
+    )
+
+
+# ---------------------------------------------------------------- greedy_decode, max_len = 0
+
+
+def test_greedy_decode_with_max_len_zero_returns_an_empty_int64_tensor():
+    assert "`max_len = 0`" in DOC and "empty `(B, 0)` int64 tensor" in notebook_text("06_tiny_translator")
+    params = next(p for p in hidden_checks("06_tiny_translator", "greedy_decode") if p["max_len"] == 0)
+    expected, got = verdict("greedy_decode", greedy_decode, **params)
+    assert np.shape(got["ids"]) == (len(params["stops"]), 0)
+    assert int(got["encode_calls"]) == 1 and same(expected, got, "greedy_decode")
+    inputs = get_exercise("greedy_decode").make_inputs(np.random.default_rng(0), max_len=0)
+    ids = greedy_decode(
+        ch06.toy_model(inputs), torch.from_numpy(inputs["src"]), 0, inputs["bos_id"], inputs["eos_id"]
+    )
+    assert ids.dtype == torch.int64 and ids.shape == (len(inputs["src"]), 0)
+
+
+def test_greedy_decode_that_returns_a_list_is_told_the_type():
+    def as_list(model, src, max_len, bos_id, eos_id):
+        return greedy_decode(model, src, max_len, bos_id, eos_id).tolist()
+
+    inputs = get_exercise("greedy_decode").make_inputs(np.random.default_rng(1))
+    with pytest.raises(TypeError, match="int64 tensor of token ids, got a list"):
+        ch06.call_decode(as_list, inputs)
+
+
+def test_a_finished_sentence_feeds_back_eos():
+    """The column fed back for a finished sentence is eos_id: the second decode call of a
+    batch whose first sentence ended at once sees EOS after its BOS."""
+    seen = []
+
+    class Recorder:
+        def encode(self, src):
+            return src
+
+        def decode(self, tgt, memory):
+            seen.append(tgt.clone())
+            logits = torch.zeros(*tgt.shape, 5, dtype=torch.float64)  # (B, t, V)
+            logits[0, :, 4] = 1.0  # sentence 0: EOS (4) at once
+            logits[1, :, 2] = 1.0  # sentence 1: token 2 for ever
+            return logits
+
+    ids = greedy_decode(Recorder(), torch.zeros(2, 3, dtype=torch.long), max_len=3, bos_id=0, eos_id=4)
+    assert ids.tolist() == [[4, 4, 4], [2, 2, 2]]
+    assert seen[1].tolist() == [[0, 4], [0, 2]]
+
+
+# ---------------------------------------------------------------- masks with a last axis of 1
+
+
+def test_online_softmax_takes_a_mask_whose_last_axis_is_one():
+    assert "last axis of 1" in DOC and "np.broadcast_to(mask, (*mask.shape[:-1], n_k))" in notebook_text(
+        "07_attention_at_scale"
+    )
+    params = next(
+        p
+        for p in hidden_checks("07_attention_at_scale", "online_softmax_attention")
+        if p.get("mask") == "per_query"
+    )
+    spec = get_exercise("online_softmax_attention")
+    inputs = spec.make_inputs(np.random.default_rng(params.pop("seed")), **params)
+    mask = inputs["mask"]
+    assert mask.shape[-1] == 1 and mask.any() and not mask.all()
+    plain, _ = scaled_dot_product_attention(inputs["Q"], inputs["K"], inputs["V"], mask)
+    blocked = online_softmax_attention(inputs["Q"], inputs["K"], inputs["V"], inputs["block_size"], mask)
+    np.testing.assert_allclose(blocked, plain, atol=1e-12)
+
+    def slices_the_mask(Q, K, V, block_size, mask=None):  # the notebook's earlier suggestion, as is
+        outs, n_k = [], K.shape[-2]
+        for start in range(0, n_k, block_size):
+            s = Q @ np.swapaxes(K[..., start : start + block_size, :], -1, -2) / math.sqrt(Q.shape[-1])
+            outs.append(np.where(mask[..., start : start + block_size], s, -np.inf))
+        return online_softmax_attention(Q, K, V, block_size, mask) + 0 * sum(o.sum() for o in outs)
+
+    with pytest.raises(ValueError):  # a slice of nothing beyond the first block does not broadcast
+        ch07.call_online(slices_the_mask, dict(inputs))
+
+
+# ---------------------------------------------------------------- no (n_q, n_k) matrix, any library
+
+
+def test_the_memory_rule_is_a_hidden_case_whose_matrix_exceeds_the_budget():
+    assert "whatever the function computes with" in DOC
+    assert "whatever you compute with" in notebook_text("07_attention_at_scale")
+    assert hidden_checks("07_attention_at_scale", "online_softmax_attention__memory")
+    inputs = get_exercise("online_softmax_attention__memory").make_inputs(np.random.default_rng(0))
+    n_q, n_k = inputs["Q"].shape[-2], inputs["K"].shape[-2]
+    assert n_q * n_k * 8 >= 2 * ch07.MEMORY_CASE_BUDGET  # the float64 score matrix cannot fit
+    assert n_q * inputs["block_size"] * 8 < ch07.MEMORY_CASE_BUDGET / 8  # one block of scores can
