@@ -293,6 +293,6 @@ def test_the_claims_audit_counts_itself_and_covers_every_page():
                   for kind, n in [n_kind.split(" ")])
     assert stated == kinds and int(header.group(2)) == len(rows), (stated, kinds, len(rows))
     pages = ["intro.md", "notation.md", "closing.md"]
-    pages += [str(p.relative_to(ROOT)) for p in ROOT.glob("chapters/0[1-7]_*/*.md")]
+    pages += [str(p.relative_to(ROOT)) for p in ROOT.glob("chapters/[0-9][0-9]_*/*.md")]
     missing = [page for page in pages if f"(`{page}`)" not in audit]
     assert not missing, f"docs/claims.md does not audit {missing}"
