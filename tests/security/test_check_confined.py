@@ -54,7 +54,10 @@ def _notebook(solution: str) -> nbformat.NotebookNode:
 
 
 def _attack(targets: dict[str, str]) -> str:
-    """A solution cell that tries every write and read, then answers 42 only if all failed."""
+    """A solution cell that tries every write and read, then answers 42 only if every read
+    failed. Whether a write got out is judged on the real files afterwards, not by the cell:
+    a path that lies under /tmp (a checkout there) names, inside the job, a folder of the job's
+    own private /tmp, where a write succeeds and stays."""
     return textwrap.dedent(f"""
         import glob, os
         targets = {targets!r}
@@ -63,7 +66,6 @@ def _attack(targets: dict[str, str]) -> str:
             try:
                 with open(targets[name], 'a') as handle:
                     handle.write('{{"score": 100}}')
-                got.append('wrote ' + targets[name])
             except OSError:
                 pass
         try:
