@@ -50,6 +50,7 @@ class Watch:
         shutil.copytree(SOLUTIONS / A, self.source / A)
         self.process: subprocess.Popen | None = None
         self.logs: list[Path] = []
+        self.prefix: list[str] = []  # what the command runs under (tests/security: setpriv)
 
     def start(self) -> None:
         log = self.root / f"watch{len(self.logs)}.log"
@@ -58,7 +59,8 @@ class Watch:
                    str(self.out), "--exchange", str(self.exchange), "--source", str(self.source),
                    "--timeout", "5", "--max-per-hour", "2"]
         with open(log, "w") as handle:
-            self.process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env())
+            self.process = subprocess.Popen(self.prefix + command, stdout=handle, stderr=subprocess.STDOUT,
+                                            env=env(), cwd=self.root)  # fmt: skip
         self.wait_for(lambda: "watching" in self.log(), "the watcher to start")
 
     def stop(self) -> int:

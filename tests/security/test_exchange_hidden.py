@@ -7,24 +7,58 @@ exchange: its root, the course's inbound folder (every student's submissions), i
 folder (everyone's released pages, one of them planted here), and tries to write a forged
 feedback page there. Had it seen or written anything, the cell raises before the solution is
 defined and every test of the notebook fails; the submission keeps every point instead, and
-the exchange holds no forged page. The watcher runs as the test's own identity (root in CI);
-the rule that hides it is the one that hides SUBMITTED and OUT, which the other attacks of
-this folder also run as uid 65534.
+the exchange holds no forged page. Run with the watcher as root (a container, CI) and as
+uid 65534 (through ``setpriv``, owning the whole course, as on a JupyterHub).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from tests.notebook_runner import grade_id, solved_notebook
+from tests.security.test_attacks import _chown_tree, _open_path_to_python
 from tests.test_course_run import COURSE
 from tests.test_watch import FULL, Watch
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow, pytest.mark.xdist_group("watch")]
 
 A = "03_scaled_dot_product"
+NOBODY = 65534
+IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
+
+
+class WatchAs(Watch):
+    """The watcher of tests/test_watch.py, started as ``identity``: as root, or as uid 65534
+    owning the whole course (its exchange, source, OUT and logs)."""
+
+    def __init__(self, root: Path, identity: str) -> None:
+        super().__init__(root)
+        if identity == "user" and os.getuid() == 0:
+            self.prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+    def start(self) -> None:
+        if self.prefix:
+            _chown_tree(self.root, NOBODY)
+        super().start()
+
+
+@pytest.fixture(params=IDENTITIES)
+def course_root(request):
+    root = Path(tempfile.mkdtemp(prefix="attention-exchange-"))
+    os.chmod(root, 0o755)
+    restore = _open_path_to_python() if request.param == "user" and os.getuid() == 0 else []
+    try:
+        yield root, request.param
+    finally:
+        for folder, mode in restore:
+            os.chmod(folder, mode)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _looks_for_the_exchange(targets: dict[str, str]) -> str:
@@ -43,8 +77,9 @@ def _looks_for_the_exchange(targets: dict[str, str]) -> str:
     """)
 
 
-def test_a_job_sees_nothing_of_the_exchange_and_writes_nothing_there(tmp_path):
-    watch = Watch(tmp_path)
+def test_a_job_sees_nothing_of_the_exchange_and_writes_nothing_there(course_root):
+    root, identity = course_root
+    watch = WatchAs(root, identity)
     course = watch.exchange / COURSE
     planted = course / "feedback" / "planted.html"
     planted.parent.mkdir(exist_ok=True)
@@ -66,4 +101,6 @@ def test_a_job_sees_nothing_of_the_exchange_and_writes_nothing_there(tmp_path):
         watch.stop()
     assert "ATTACK WORKED" not in page and "10 / 10" in page, page[-2000:]
     assert watch.result("mallory")["score"] == FULL
+    owner = (watch.out / "mallory" / A / "results.json").stat().st_uid
+    assert owner == (NOBODY if watch.prefix else os.getuid())  # the watcher ran as that identity
     assert not (course / "feedback" / "forged.html").exists()
