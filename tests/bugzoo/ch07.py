@@ -184,6 +184,15 @@ class KVCache:
         _cached(attend_to="self.cache.append(q, heads(self.W_v(x_new)))"),
         expect="stores the projected queries"),
     Bug("CachedSelfAttention", "prepends", _cached(attend_to=_REORDER), expect="the cache prepends"),
+    Bug("CachedSelfAttention", "loop-over-heads-skips-head-0",
+        _cached().replace(
+            "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n",
+            "        out = torch.zeros_like(q)\n"
+            "        for i in range(1, self.num_heads):  # off by one: head 0 is never computed\n"
+            "            out[:, i] = F.scaled_dot_product_attention(\n"
+            "                q[:, i], k[:, i], v[:, i], attn_mask=mask)\n",
+        ),
+        expect="head 0 of that chunk is wrong and heads 1-2 right"),
     Bug("CachedSelfAttention", "ignores-the-cache",
         _cached(attend_to="heads(self.W_k(x_new)), heads(self.W_v(x_new))",
                 mask="positions[None, :] <= positions[:, None]"),

@@ -504,8 +504,44 @@ def _steps_right(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[
             for s in range(len(inputs["chunks"]))]
 
 
+def _heads_before_w_o(inputs: dict[str, Any], out: np.ndarray) -> np.ndarray:
+    """A chunk's output (B, t, d_model) taken back through W_o: the merged heads m with
+    m W_o^T + b_o = out, solved for m with the case's (invertible) W_o, as (B, t, h, d_head)."""
+    state, h = inputs["state"], inputs["args"][1]
+    W, b = np.asarray(state["W_o.weight"], dtype=np.float64), np.asarray(state["W_o.bias"], dtype=np.float64)
+    B, t, d_model = out.shape
+    merged = np.linalg.solve(W, (out - b).reshape(-1, d_model).T).T  # (B t, d_model)
+    return merged.reshape(B, t, h, d_model // h)
+
+
+def wrong_heads(inputs: dict[str, Any], mine: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """The heads whose output, before W_o, differs from the right one's: a bug confined to some
+    heads (a loop over heads that skips one, a head's own slice of columns) shows here."""
+    with np.errstate(all="ignore"):
+        ours, right = _heads_before_w_o(inputs, mine), _heads_before_w_o(inputs, want)
+    scale = max(1.0, float(np.abs(right).max()))
+    return wrong_along(wrong_entries(ours, right, 1e-6 * scale, 1e-6), 2)
+
+
+def _heads_sentence(inputs: dict[str, Any], mine: np.ndarray, want: np.ndarray) -> str | None:
+    """Which heads of a wrong chunk are wrong, undoing W_o (None if it cannot be told)."""
+    if not np.isfinite(mine).all():
+        return None
+    wrong, h = wrong_heads(inputs, mine, want), inputs["args"][1]
+    if len(wrong) == 0:
+        return None
+    if len(wrong) == h:
+        return "Taken back through W_o, every head of that chunk is wrong (not one head's slice)."
+    right = [i for i in range(h) if i not in set(wrong.tolist())]
+    return (f"Taken back through W_o, head{'s' if len(wrong) > 1 else ''} {index_ranges(wrong)} of that "
+            f"chunk {'are' if len(wrong) > 1 else 'is'} wrong and head{'s' if len(right) > 1 else ''} "
+            f"{index_ranges(right)} right: look at what the wrong heads do differently (head i is "
+            "columns i * d_head to (i + 1) * d_head - 1 of q, k and v).")
+
+
 def cached_where_wrong(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
-    """The first wrong chunk and which of its tokens are wrong, when no model explains it."""
+    """The first wrong chunk, which of its tokens and which of its heads are wrong, when no
+    model explains it."""
     right = _steps_right(inputs, expected, got)
     if all(right):
         return []
@@ -517,6 +553,8 @@ def cached_where_wrong(inputs: dict[str, Any], expected: Arrays, got: Arrays) ->
         wrong = wrong_along(wrong_entries(mine, want, CACHED_ATOL, CACHED_RTOL), 1) + a
         text += f", wrong at positions {index_ranges(wrong)}"
     lines = [text + "."]
+    if mine is not None and mine.shape == want.shape:
+        lines += [sentence for sentence in [_heads_sentence(inputs, mine, want)] if sentence]
     if s > 0:
         lines.append(
             "The chunks before it are right, so the problem is in how later chunks use the "
