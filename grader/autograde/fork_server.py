@@ -41,6 +41,16 @@ class Child:
                             self.timed_out or time.monotonic() >= self.deadline)
 
 
+def leader_pidfd(pid: int) -> int:
+    """A pidfd of the job's PID 1, or -1 if it has ended and its keeper has reaped it already
+    (a job that fails at once can be gone before the server asks): then nothing of it is left
+    to kill, and its keeper's pipe still reports how it ended."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return -1
+
+
 class Server:
     """What the loop holds: the configuration, the view, the run's cgroups, the jobs."""
 
@@ -76,7 +86,7 @@ class Server:
             return None
         child = Child(job.id, first, leader, -1, started + job.limits.timeout, self.config.isolation, name)
         if child.isolation is Isolation.NAMESPACES:
-            child.leader_fd = os.pidfd_open(leader)
+            child.leader_fd = leader_pidfd(leader)
             child.status_fd = read_end
             self.pipes[read_end] = child
         else:
