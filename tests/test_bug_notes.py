@@ -10,7 +10,6 @@ output, and never for another bug, unless that bug's output is the owner's on th
 
 from __future__ import annotations
 
-import ast
 import math
 
 import numpy as np
@@ -24,6 +23,7 @@ import tests.bugzoo.ch07 as zoo07
 from attention_learner.cases import ch06, ch07, get_case
 from grader.exercises import get_exercise
 from tests.notebook_runner import grade_id, source_notebook
+from tests.spec_helpers import notebook_checks as all_notebook_checks
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -57,17 +57,8 @@ def model_notes(exercise: str) -> str:
 def notebook_checks(assignment: str, exercise: str) -> list[tuple[str, int, dict]]:
     """(case name, seed, params) of every check(...) call on ``exercise`` in the source's test
     cells, hidden ones included, of the cases that have hints."""
-    found = []
-    for cell in source_notebook(assignment).cells:
-        if not (grade_id(cell) or "").startswith("test_"):
-            continue
-        for node in ast.walk(ast.parse(cell.source)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
-                name = ast.literal_eval(node.args[0])
-                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-                if name.split("__")[0] == exercise and get_case(name).hints is not None:
-                    found.append((name, kwargs.pop("seed"), kwargs))
-    return found
+    return [(name, seed, params) for name, seed, params in all_notebook_checks(assignment)
+            if name.split("__")[0] == exercise and get_case(name).hints is not None]
 
 
 def defined(code: str, exercise: str, assignment: str):

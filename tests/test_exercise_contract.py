@@ -6,7 +6,6 @@ source notebook exercises it, and an implementation that breaks it is not judged
 
 from __future__ import annotations
 
-import ast
 import math
 
 import numpy as np
@@ -14,26 +13,24 @@ import pytest
 import torch
 
 from attention_learner.cases import ch06, ch07, get_case
+from attention_learner.cell_rules import check_calls, is_test_cell, visible_part
 from grader.exercises import get_exercise
 from grader.paths import ROOT
 from grader.reference import greedy_decode, online_softmax_attention, scaled_dot_product_attention
-from tests.notebook_runner import grade_id, source_notebook
+from tests.notebook_runner import source_notebook
 
 DOC = " ".join((ROOT / "docs" / "exercise_contract.md").read_text(encoding="utf-8").split())
 
 
 def hidden_checks(assignment: str, case: str) -> list[dict]:
-    """The keyword arguments of every check(case, ...) call in the source's hidden tests."""
-    found = []
-    for cell in source_notebook(assignment).cells:
-        if not (grade_id(cell) or "").startswith("test_") or "### BEGIN HIDDEN TESTS" not in cell.source:
-            continue
-        hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1]
-        for node in ast.walk(ast.parse(hidden.replace("### END HIDDEN TESTS", ""))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
-                if ast.literal_eval(node.args[0]) == case:
-                    found.append({k.arg: ast.literal_eval(k.value) for k in node.keywords})
-    return found
+    """The seed and params of every check(case, ...) call in the source's hidden tests."""
+    return [
+        {**params, "seed": seed}
+        for cell in source_notebook(assignment).cells
+        if is_test_cell(cell)
+        for name, seed, params in check_calls(cell.source[len(visible_part(cell.source)) :])
+        if name == case
+    ]
 
 
 def notebook_text(assignment: str) -> str:
