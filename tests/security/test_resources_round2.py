@@ -9,7 +9,7 @@ limits are what these tests prove there, and ``cgroup`` says which case ran. A r
 cgroups switched off (``ServerConfig.cgroups``) proves the fallback as root too.
 
 - memory is capped per job, not per process: 512 MB of memfds written (never mapped), 438 MB
-  queued in socket buffers by two processes, four processes of 96 MB and one of 160 MB, all
+  queued in socket buffers by two processes, four processes of 48 MB and one of 160 MB, all
   against a 256 MB job (without a cgroup: memfds and sockets refused, 128 MB per process),
   and 20,000 files on a tmpfs;
 - tasks are capped per job: 40 threads against the default limit of 16;
@@ -111,7 +111,7 @@ MEMFD_BOMB = textwrap.dedent("""
 
 SPREAD_BOMB = textwrap.dedent("""
     import json, os, time
-    SIZES = [96] * 4 + [160]  # MB
+    SIZES = [48] * 4 + [160]  # MB
     read, write = os.pipe()
     pids = {}
     for k, size in enumerate(SIZES):
@@ -263,7 +263,7 @@ def test_memfd_pages_count_against_the_job(memory_runs):
 
 
 def test_memory_is_capped_per_job_not_per_process(memory_runs):
-    """Four processes of 96 MB and one of 160 MB: with a cgroup, never more than the job's
+    """Four processes of 48 MB and one of 160 MB: with a cgroup, never more than the job's
     256 MB at once; without one, no process gets more than its 128 MB."""
     identity, run = memory_runs
     job = run["jobs"][1]
@@ -276,7 +276,9 @@ def test_memory_is_capped_per_job_not_per_process(memory_runs):
         assert result["held_mb"] * MB <= JOB_MEMORY, result
     else:
         assert answers[4:] == "n", answers  # 160 MB is more than a process may have
-        assert answers[:4] == "yyyy", answers  # 96 MB each is allowed: the stated worst case
+        assert answers[:4] == "yyyy", answers  # 48 MB each is allowed (what the cell process
+        # itself maps after the limit is set, up to tens of MB on a loaded machine, is charged
+        # to every process it forks: 96 MB of a 128 MB limit failed once that way)
 
 
 def test_socket_buffers_count_against_the_job(memory_runs):
