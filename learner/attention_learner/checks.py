@@ -199,10 +199,11 @@ def explain(
                 + input_summary(inputs)
             )
     atol, rtol = case.tolerance(params)
+    entry_atol = case.entry_atol(params, inputs, expected)
     problems = [
         p
         for key in expected
-        if (p := compare(key, expected[key], got.get(key), atol, rtol, case.labels))
+        if (p := compare(key, expected[key], got.get(key), entry_atol[key], rtol, case.labels))
     ]
     if not problems:
         return ""
@@ -228,11 +229,15 @@ def compare(
     key: str,
     expected: np.ndarray,
     got: np.ndarray | None,
-    atol: float = 1e-6,
+    atol: float | np.ndarray = 1e-6,
     rtol: float = 1e-5,
     labels: dict[str, str] | None = None,
 ) -> str:
-    """One output against its expected value; "" when close, else what is wrong, in words."""
+    """One output against its expected value; "" when close, else what is wrong, in words.
+
+    An entry is close where |got - expected| <= atol + rtol |expected|; ``atol`` may be an
+    array (one absolute tolerance per entry, :meth:`Case.entry_atol`). The entry a failure
+    names is the one furthest beyond its tolerance, which need not be the largest error."""
     what = (labels or {}).get(key, key)
     if got is None:
         return f"no {what} was returned"
@@ -258,13 +263,18 @@ def compare(
         return f"{what} has {int(bad.sum())} NaN or infinite entries, first at index {at}"
     if np.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=True):
         return ""
-    error = np.abs(got - expected)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite
+        error = np.abs(got - expected)
     error = np.where(np.isnan(error), 0.0, error)
-    at = np.unravel_index(int(np.argmax(error)), error.shape)
+    allowed = np.broadcast_to(atol + rtol * np.abs(expected), error.shape)
+    at = np.unravel_index(int(np.argmax(error / np.where(allowed > 0, allowed, np.inf))), error.shape)
+    if error[at] <= allowed[at]:  # only a NaN or an infinity out of place (allowed is finite)
+        at = np.unravel_index(int(np.argmax(error)), error.shape)
     at_text = tuple(int(i) for i in at)
     return (
-        f"{what} differs from the expected value: largest error {float(error[at]):.3g} at index "
-        f"{at_text} (expected {float(expected[at]):.6g}, got {float(got[at]):.6g})"
+        f"{what} differs from the expected value: the largest error beyond its tolerance is "
+        f"{float(error[at]):.3g} at index {at_text} (expected {float(expected[at]):.6g}, got "
+        f"{float(got[at]):.6g}, allowed {float(allowed[at]):.2g})"
     )
 
 

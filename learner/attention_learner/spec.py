@@ -61,6 +61,10 @@ class Case:
     conditioning: params -> how many times ``atol`` and ``rtol`` this case's outputs may be
                  off by between two correct implementations, where the inputs amplify float64
                  rounding (scores near -4e9); None = 1. See :meth:`tolerance`.
+    magnitude:   (params, inputs, expected) -> output key -> the size of the terms each entry
+                 of that output is a sum of (None, or a key left out: |expected| itself). Where
+                 large terms cancel, an entry is small but carries their rounding, so ``rtol``
+                 applies to that size as well: see :meth:`entry_atol`.
 
     Floating-point results differ in their last bits from one CPU, BLAS or thread count to
     another, by an amount that follows the case's conditioning (scores near -4e9 move float64
@@ -80,11 +84,22 @@ class Case:
     atol: float = 1e-6
     rtol: float = 1e-5
     conditioning: Callable[[dict[str, Any]], float] | None = None
+    magnitude: Callable[[dict[str, Any], Inputs, Arrays], Arrays] | None = None
 
     def tolerance(self, params: dict[str, Any]) -> tuple[float, float]:
         """(atol, rtol) of the comparison for the case with ``params``."""
         factor = 1.0 if self.conditioning is None else float(self.conditioning(self.full_params(params)))
         return self.atol * factor, self.rtol * factor
+
+    def entry_atol(self, params: dict[str, Any], inputs: Inputs, expected: Arrays) -> dict[str, Any]:
+        """Output key -> the absolute part of each entry's tolerance: ``atol`` where the case
+        has no :attr:`magnitude` for that output, else ``atol + rtol * m`` entry by entry, so
+        that an entry passes where |got - expected| <= atol + rtol (m + |expected|). That is
+        the forward error bound of a sum (its rounding scales with the sum of its terms'
+        sizes, not with the sum), loosened only where terms cancel."""
+        atol, rtol = self.tolerance(params)
+        sizes = {} if self.magnitude is None else self.magnitude(self.full_params(params), inputs, expected)
+        return {key: atol + rtol * np.abs(sizes[key]) if key in sizes else atol for key in expected}
 
     def __post_init__(self) -> None:
         adapter = self.call

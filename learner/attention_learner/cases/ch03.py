@@ -74,6 +74,34 @@ def rounding_of_extreme_scores(params: dict[str, Any]) -> float:
     return 100.0 if params.get("extreme") == "very_negative" else 1.0
 
 
+def sizes_of_extreme_terms(params: dict[str, Any], inputs: Inputs, expected: Arrays) -> Arrays:
+    """How large the terms are that each output entry of the PyTorch case sums, for scores
+    near -4e9 (nothing otherwise): rounding there moves the weights W by about 5e-7 of
+    themselves, and an entry made of large terms that cancel keeps their rounding.
+
+    With dW = G V^T and the score gradient dS = W * (dW - rowsum(W * dW)), whose terms are at
+    most D = |W| * (|dW| + rowsum(|W| |dW|)), the sizes are
+
+        output: |W| |V|,   dV: |W|^T |G|,   dQ: |D| |K| / sqrt(d_k),   dK: D^T |Q| / sqrt(d_k).
+
+    dK is the one that matters: Q's first feature is -4e9 sqrt(d_k), so its first column is a
+    sum of terms of order 1e9 that can cancel to 1e4 (a correct implementation then missed
+    the entry-wise tolerance on about 1 draw in 1000)."""
+    if params.get("extreme") != "very_negative" or "weights" not in expected:
+        return {}
+    W = np.abs(expected["weights"])  # (*B, n_q, n_k)
+    Q, K, V, G = (np.abs(inputs[name]) for name in "QKVG")
+    dW = G @ np.swapaxes(V, -1, -2)  # (*B, n_q, n_k)
+    D = W * (dW + (W * dW).sum(axis=-1, keepdims=True))  # (*B, n_q, n_k)
+    root = np.sqrt(Q.shape[-1])
+    return {
+        "output": W @ V,  # (*B, n_q, d_v)
+        "dV": np.swapaxes(W, -1, -2) @ G,  # (*B, n_k, d_v)
+        "dQ": D @ K / root,  # (*B, n_q, d_k)
+        "dK": np.swapaxes(D, -1, -2) @ Q / root,  # (*B, n_k, d_k)
+    }
+
+
 EXTREMES = {
     None: "",
     "masked_max": ", every fully hidden key holding a score about 1e4 above the visible ones",
@@ -194,6 +222,7 @@ CASES = [
         describe=describe_attention,
         hints=attention_hints,
         conditioning=rounding_of_extreme_scores,
+        magnitude=sizes_of_extreme_terms,
     ),
     Case(
         name="scaled_dot_product_attention_torch__gradients",
