@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.bugzoo.ch07 import BLOCK_MERGE
 from tests.notebook_runner import exercise_of, run_cells, source_notebook
 
 CH1, CH2, CH3, CH4, CH5, CH6, CH7 = (
@@ -414,34 +415,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
         l, acc, m = c * l + p.sum(-1, keepdim=True), c * acc + p @ v[..., a : a + block_size, :], m_new
     return torch.where(l > 0, acc / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(acc)).numpy()
 """),
-    (CH7, "online_softmax_attention", "block-logsumexp-merge", """
-def _block(Q, K_b, V_b, mask_b):
-    s = Q @ np.swapaxes(K_b, -1, -2) / np.sqrt(Q.shape[-1])  # (..., n_q, b)
-    if mask_b is not None:
-        s = np.where(mask_b, s, -np.inf)
-    top = s.max(axis=-1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    e = np.exp(s - top)
-    return top, e.sum(axis=-1, keepdims=True), e @ V_b  # shift, sum, weighted values
-
-def online_softmax_attention(Q, K, V, block_size, mask=None):
-    if mask is not None:  # a last axis of 1 answers for every key
-        mask = np.broadcast_to(mask, mask.shape[:-1] + K.shape[-2:-1])
-    log_total, acc = None, None
-    for a in range(0, K.shape[-2], block_size):
-        b = a + block_size
-        top, l_b, a_b = _block(Q, K[..., a:b, :], V[..., a:b, :], None if mask is None else mask[..., a:b])
-        with np.errstate(divide="ignore"):
-            log_b = top + np.log(l_b)  # log of this block's sum of exp(scores)
-        if log_total is None:
-            log_total, acc = log_b, np.where(l_b > 0, a_b / np.where(l_b > 0, l_b, 1.0), 0.0)
-            continue
-        new = np.logaddexp(log_total, log_b)
-        keep = np.where(np.isfinite(new), np.exp(log_total - np.where(np.isfinite(new), new, 0.0)), 0.0)
-        take = np.where(np.isfinite(new), np.exp(top - np.where(np.isfinite(new), new, 0.0)), 0.0)
-        acc, log_total = keep * acc + take * a_b, new
-    return acc
-"""),
+    (CH7, "online_softmax_attention", "block-logsumexp-merge", BLOCK_MERGE.replace("{GUARD}", " & (l_b > 0)")),
     (CH7, "online_softmax_attention", "loop-over-query-rows-with-assert", """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     shape = np.broadcast_shapes(Q.shape[:-1], K.shape[:-2] + (1,))

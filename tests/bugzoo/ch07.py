@@ -43,6 +43,40 @@ def _online(**changes: str) -> str:
     return _ONLINE_TEMPLATE.format(**{**_RIGHT, **changes})
 
 
+# the blocks merged by their log-sum-exp; a block with no visible key has top = 0 and l_b = 0,
+# so its weight exp(top - new) must be guarded: it overflows when the scores so far are about
+# -1000, and inf * 0 = NaN (without the guard it passed every notebook seed, and lost the
+# extreme test cell on about 1 fresh draw in 20 before that cell had a case made for it;
+# tests/test_fair_grading.py grades the guarded one as a correct style)
+BLOCK_MERGE = """
+def _block(Q, K_b, V_b, mask_b):
+    s = Q @ np.swapaxes(K_b, -1, -2) / np.sqrt(Q.shape[-1])  # (..., n_q, b)
+    if mask_b is not None:
+        s = np.where(mask_b, s, -np.inf)
+    top = s.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(s - top)
+    return top, e.sum(axis=-1, keepdims=True), e @ V_b  # shift, sum, weighted values
+
+def online_softmax_attention(Q, K, V, block_size, mask=None):
+    if mask is not None:  # a last axis of 1 answers for every key
+        mask = np.broadcast_to(mask, mask.shape[:-1] + K.shape[-2:-1])
+    log_total, acc = None, None
+    for a in range(0, K.shape[-2], block_size):
+        b = a + block_size
+        top, l_b, a_b = _block(Q, K[..., a:b, :], V[..., a:b, :], None if mask is None else mask[..., a:b])
+        with np.errstate(divide="ignore"):
+            log_b = top + np.log(l_b)  # log of this block's sum of exp(scores)
+        if log_total is None:
+            log_total, acc = log_b, np.where(l_b > 0, a_b / np.where(l_b > 0, l_b, 1.0), 0.0)
+            continue
+        new = np.logaddexp(log_total, log_b)
+        keep = np.where(np.isfinite(new), np.exp(log_total - np.where(np.isfinite(new), new, 0.0)), 0.0)
+        take = np.where(np.isfinite(new){GUARD}, np.exp(top - np.where(np.isfinite(new), new, 0.0)), 0.0)
+        acc, log_total = keep * acc + take * a_b, new
+    return acc
+"""
+
 _KV_TEMPLATE = '''
 class KVCache:
     def __init__(self):
@@ -151,6 +185,8 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     Bug("online_softmax_attention", "overwrites-the-sums",
         _online(total="p.sum(axis=-1, keepdims=True)", acc="p @ V[..., start:stop, :]"),
         expect="Only the last block of keys counts"),
+    Bug("online_softmax_attention", "unguarded-hidden-block", BLOCK_MERGE.replace("{GUARD}", ""),
+        expect="sees no key in some block after seeing one"),
     # ---------------------------------------------------------------- KV cache
     Bug("KVCache", "prepends", _cache("torch.cat([{new}, {old}], dim=-2)"), expect="the cache prepends"),
     Bug("KVCache", "head-axis", _cache("torch.cat([{old}, {new}], dim=1)"), expect=WRONG_AXIS),

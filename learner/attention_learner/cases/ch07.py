@@ -45,17 +45,35 @@ def make_online_inputs(
     batch: Sequence[int] = (),
     mask: str | None = None,
     logit_scale: float = 1.0,
+    extreme: str | None = None,
 ) -> dict[str, Any]:
     """Q, K, V from independent draws; ``logit_scale`` multiplies Q, so that the scores have
-    standard deviation ``logit_scale`` (1000 gives scores of order +-1000)."""
+    standard deviation ``logit_scale`` (1000 gives scores of order +-1000).
+
+    ``extreme="hidden_after_negative"``: every score is about -logit_scale instead (Q's first
+    feature is -logit_scale sqrt(d_k) and K's is 1; the other features add scores of order 1),
+    key 0 is visible to every query and the second block of keys to none. Whatever the draw,
+    a rescale taken for that block as exp(0 - m) with m about -1000 overflows to inf, and
+    inf * 0 is NaN in an implementation that does not guard a block with no visible key."""
     batch = tuple(batch)
-    return {
-        "Q": normal(rng, *batch, n_q, d_k, scale=logit_scale),  # (*B, n_q, d_k)
-        "K": normal(rng, *batch, n_k, d_k),  # (*B, n_k, d_k)
-        "V": normal(rng, *batch, n_k, d_v),  # (*B, n_k, d_v)
-        "mask": attention_mask(rng, mask, batch, n_q, n_k),
-        "block_size": block_size,
-    }
+    Q = normal(rng, *batch, n_q, d_k, scale=logit_scale)  # (*B, n_q, d_k)
+    K = normal(rng, *batch, n_k, d_k)  # (*B, n_k, d_k)
+    V = normal(rng, *batch, n_k, d_v)  # (*B, n_k, d_v)
+    mask_array = attention_mask(rng, mask, batch, n_q, n_k)  # bool or None
+    if extreme == "hidden_after_negative":
+        if n_k <= block_size:
+            raise ValueError("extreme='hidden_after_negative' needs a second block of keys")
+        Q = Q / logit_scale
+        Q[..., 0] = -logit_scale * np.sqrt(d_k)  # score = -logit_scale + (the other features) / sqrt(d_k)
+        K[..., 0] = 1.0
+        shape = (*batch, n_q, n_k)
+        visible = np.ones(shape, dtype=bool) if mask_array is None else np.broadcast_to(mask_array, shape).copy()
+        visible[..., 0] = True
+        visible[..., block_size : 2 * block_size] = False
+        mask_array = visible  # (*B, n_q, n_k)
+    elif extreme is not None:
+        raise ValueError(f"unknown extreme kind {extreme!r}")
+    return {"Q": Q, "K": K, "V": V, "mask": mask_array, "block_size": block_size}
 
 
 def describe_online(params: dict[str, Any]) -> str:
@@ -66,6 +84,9 @@ def describe_online(params: dict[str, Any]) -> str:
         f"d_k={params['d_k']}, d_v={params['d_v']}, block_size={block} ({blocks}), "
         f"{describe_mask(params['mask'])}"
     )
+    if params.get("extreme") == "hidden_after_negative":
+        return text + (f", every score about -{params['logit_scale']:g} and the second block of "
+                       "keys hidden from every query")
     if params["logit_scale"] != 1.0:
         text += f", scores of order +-{params['logit_scale']:g}"
     return text
@@ -211,6 +232,23 @@ def online_where_wrong(inputs: dict[str, Any], out: np.ndarray, expected: np.nda
     return [text + "."]
 
 
+def _behind_a_hidden_block(inputs: dict[str, Any], rows: tuple[int, ...]) -> np.ndarray:
+    """Bool (..., n_q) of the shape ``rows``: the queries with a block of keys they see none
+    of, after an earlier block where they saw one (False everywhere without a mask)."""
+    mask, block = inputs.get("mask"), inputs["block_size"]
+    if mask is None:
+        return np.zeros(rows, dtype=bool)
+    n_k = inputs["K"].shape[-2]
+    visible = np.broadcast_to(mask, (*rows, n_k))  # (..., n_q, n_k)
+    seen = np.zeros(rows, dtype=bool)
+    behind = np.zeros(rows, dtype=bool)
+    for start in range(0, n_k, block):
+        here = visible[..., start : start + block].any(axis=-1)  # (..., n_q)
+        behind |= seen & ~here
+        seen |= here
+    return behind
+
+
 def online_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
     out = got.get("output")
     hints = []
@@ -221,6 +259,14 @@ def online_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[
             "Some outputs are NaN or infinite. exp overflows above about 709: subtract the "
             "running max before exponentiating, and give a row that has seen no visible key "
             "yet (running max still -inf) a shift of 0 rather than computing -inf - (-inf)."
+        )
+    broken = ~np.isfinite(out).all(axis=-1)  # (..., n_q)
+    if broken.any() and not (broken & ~_behind_a_hidden_block(inputs, out.shape[:-1])).any():
+        hints.append(
+            "Every NaN row is a query that sees no key in some block after seeing one "
+            "earlier: such a block adds nothing, but a weight for it like exp(shift - m) with its "
+            "shift set to 0 overflows when the scores so far are about -1000, and inf * 0 = NaN. "
+            "Give a block with no visible key the weight 0 (or skip it)."
         )
     mask = inputs.get("mask")
     if mask is not None:
