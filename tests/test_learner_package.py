@@ -233,7 +233,7 @@ def test_recording_mode_records_and_does_not_judge():
     try:
         learner_checks.check("scaled_dot_product_attention", _unscaled_attention, seed=4, n_k=6)
     finally:
-        recording._recorder = None
+        recording.stop_recording()
     (record,) = recorder.records[-1]
     assert (record.exercise, record.seed, record.params, record.error) == (
         "scaled_dot_product_attention",
