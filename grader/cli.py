@@ -1,7 +1,7 @@
 """The command line: ``python -m grader {release,check,autograde,export,formgrader,similarity}``.
 
-``export`` and ``formgrader`` are defined in ``grader/course_cli.py``. README.md describes the commands, ARCHITECTURE.md what each does, SECURITY.md what grading
-defends.
+``export`` and ``formgrader`` are defined in ``grader/course_cli.py``. README.md describes the
+commands, ARCHITECTURE.md what each does, SECURITY.md what grading defends.
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, jupyter_book_command, toc_files
+from .conftest import ROOT, toc_files
+from .mini_book import build_book, write_book
 
 sys.path.insert(0, str(ROOT / "_ext"))  # the book's Sphinx extensions and their rules
 from figure_cells import declared_figure, figure_problems  # noqa: E402 - needs _ext on the path
@@ -340,15 +340,7 @@ def test_every_declared_figure_is_an_image_on_its_page(built_book):
             )
 
 
-MINI_PAGE = """---
-jupytext:
-  text_representation:
-    format_name: myst
-kernelspec:
-  name: python3
-  display_name: Python 3
----
-
+MINI_PAGE = """
 # A page
 
 ```{{code-cell}} ipython3
@@ -376,17 +368,7 @@ mystnb:
 
 def build_mini_book(folder: Path, last_line: str) -> tuple[int, str]:
     """A one-page book with the book's own extensions, built as the book is (-W --keep-going)."""
-    folder.mkdir()
-    (folder / "page.md").write_text(MINI_PAGE.format(last_line=last_line), encoding="utf-8")
-    (folder / "_toc.yml").write_text("format: jb-book\nroot: page\n", encoding="utf-8")
-    (folder / "_config.yml").write_text(
-        "title: mini\nexecute:\n  execute_notebooks: force\n  raise_on_error: true\n"
-        f"sphinx:\n  local_extensions:\n    book_pages: {ROOT / '_ext'}\n",
-        encoding="utf-8",
-    )
-    command = jupyter_book_command() + ["build", "--all", "-W", "--keep-going", str(folder)]
-    result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600, check=False)
-    return result.returncode, result.stdout + result.stderr
+    return build_book(write_book(folder, [MINI_PAGE.format(last_line=last_line)], "force", ("book_pages",)))
 
 
 def test_a_figure_that_does_not_render_fails_the_build_and_alt_texts_get_glued_values(tmp_path):
@@ -396,7 +378,7 @@ def test_a_figure_that_does_not_render_fails_the_build_and_alt_texts_get_glued_v
 
     code, log = build_mini_book(tmp_path / "fixed", "show_heatmaps(np.eye(2) / 8)")
     assert code == 0, log[-3000:]
-    page = (tmp_path / "fixed" / "_build" / "html" / "page.html").read_text(encoding="utf-8")
+    page = (tmp_path / "fixed" / "_build" / "html" / "page1.html").read_text(encoding="utf-8")
     assert re.search(r'<img[^>]+alt="A heatmap whose largest weight is 0.12, glued."', page), page[-3000:]
 
 

@@ -401,7 +401,8 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     (CH7, "online_softmax_attention", "torch-inside", """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     q, k, v = (torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (Q, K, V))
-    mk = None if mask is None else torch.from_numpy(np.asarray(mask)).expand(*np.shape(mask)[:-1], k.shape[-2])
+    mk = (None if mask is None
+          else torch.from_numpy(np.asarray(mask)).expand(*np.shape(mask)[:-1], k.shape[-2]))
     s0 = q @ k[..., :0, :].transpose(-1, -2)
     m = torch.full(s0.shape[:-1] + (1,), float("-inf"))
     l = torch.zeros_like(m)
@@ -417,7 +418,8 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
         l, acc, m = c * l + p.sum(-1, keepdim=True), c * acc + p @ v[..., a : a + block_size, :], m_new
     return torch.where(l > 0, acc / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(acc)).numpy()
 """),
-    (CH7, "online_softmax_attention", "block-logsumexp-merge", BLOCK_MERGE.replace("{GUARD}", " & (l_b > 0)")),
+    (CH7, "online_softmax_attention", "block-logsumexp-merge",
+     BLOCK_MERGE.replace("{GUARD}", " & (l_b > 0)")),
     (CH7, "online_softmax_attention", "loop-over-query-rows-with-assert", """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     shape = np.broadcast_shapes(Q.shape[:-1], K.shape[:-2] + (1,))

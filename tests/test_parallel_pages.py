@@ -14,24 +14,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, jupyter_book_command
+from .mini_book import build_book, write_book
 
 pytestmark = [pytest.mark.book, pytest.mark.slow, pytest.mark.xdist_group("book")]
 
-PAGE = """---
-jupytext:
-  text_representation:
-    format_name: myst
-kernelspec:
-  name: python3
-  display_name: Python 3
----
-
+PAGE = """
 # Page {n}
 
 ```{{code-cell}} ipython3
@@ -66,24 +57,8 @@ Page {n} started at {{glue:text}}`started-{n}:.3f`.
 
 
 def make_book(folder: Path, bodies: list[str]) -> Path:
-    folder.mkdir()
-    for n, body in enumerate(bodies, start=1):
-        (folder / f"page{n}.md").write_text(PAGE.format(n=n, body=body), encoding="utf-8")
-    chapters = "".join(f"  - file: page{n}\n" for n in range(2, len(bodies) + 1))
-    (folder / "_toc.yml").write_text(f"format: jb-book\nroot: page1\nchapters:\n{chapters}", encoding="utf-8")
-    (folder / "_config.yml").write_text(
-        "title: parallel\nexecute:\n  execute_notebooks: cache\n  raise_on_error: true\n"
-        f"sphinx:\n  local_extensions:\n    book_pages: {ROOT / '_ext'}\n"
-        f"    parallel_pages: {ROOT / '_ext'}\n",
-        encoding="utf-8",
-    )
-    return folder
-
-
-def build(folder: Path) -> tuple[int, str]:
-    command = jupyter_book_command() + ["build", "--all", "-W", "--keep-going", str(folder)]
-    result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600, check=False)
-    return result.returncode, result.stdout + result.stderr
+    pages = [PAGE.format(n=n, body=body) for n, body in enumerate(bodies, start=1)]
+    return write_book(folder, pages, "cache", ("book_pages", "parallel_pages"))
 
 
 def glued(folder: Path, n: int) -> dict[str, float]:
@@ -100,7 +75,7 @@ def images_in_copy(folder: Path, n: int) -> int:
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: the pages run one after another")
 def test_pages_run_ahead_two_at_a_time_and_their_copies_keep_the_outputs(tmp_path):
     book = make_book(tmp_path / "book", ["", "", ""])
-    code, log = build(book)
+    code, log = build_book(book)
     assert code == 0, log[-3000:]
     assert f"executed 3 of 3 pages ahead on {min(3, os.cpu_count())} cores" in log, log[-3000:]
     times = {n: glued(book, n) for n in (1, 2, 3)}
@@ -114,7 +89,7 @@ def test_pages_run_ahead_two_at_a_time_and_their_copies_keep_the_outputs(tmp_pat
         assert f'started at <span class="pasted-text">{times[n][f"started-{n}"]:.3f}' in html
         assert "<img" in html and images_in_copy(book, n) == 1
 
-    code, log = build(book)  # every page from the cache now
+    code, log = build_book(book)  # every page from the cache now
     assert code == 0, log[-3000:]
     assert "pages ahead" not in log and "WARNING" not in log, log[-3000:]
     assert [images_in_copy(book, n) for n in (1, 2, 3)] == [1, 1, 1]
@@ -122,7 +97,7 @@ def test_pages_run_ahead_two_at_a_time_and_their_copies_keep_the_outputs(tmp_pat
 
 def test_a_page_that_raises_still_fails_the_build_with_its_error(tmp_path):
     book = make_book(tmp_path / "book", ["", "raise ValueError('page two is broken')"])
-    code, log = build(book)
+    code, log = build_book(book)
     assert code != 0, log[-3000:]
     assert "executed 1 of 2 pages ahead" in log, log[-3000:]
     assert "page2" in log and "Executing notebook failed" in log, log[-3000:]

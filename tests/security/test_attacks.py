@@ -359,7 +359,8 @@ def test_attack_gains_nothing(graded, student):
     res = result(graded, student)
     test = jacobian(res)
     assert test["points"] == JACOBIAN_POINTS, test["message"]
-    assert res["score"] == FULL, [(t["grade_id"], t["points"], t.get("message", "")[:300]) for t in res["tests"]]
+    lost = [(t["grade_id"], t["points"], t.get("message", "")[:300]) for t in res["tests"]]
+    assert res["score"] == FULL, lost
 
 
 def leftovers(ps: str, job_uid: str = "65534") -> list[str]:

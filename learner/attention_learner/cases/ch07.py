@@ -67,7 +67,8 @@ def make_online_inputs(
         Q[..., 0] = -logit_scale * np.sqrt(d_k)  # score = -logit_scale + (the other features) / sqrt(d_k)
         K[..., 0] = 1.0
         shape = (*batch, n_q, n_k)
-        visible = np.ones(shape, dtype=bool) if mask_array is None else np.broadcast_to(mask_array, shape).copy()
+        visible = (np.ones(shape, dtype=bool) if mask_array is None
+                   else np.broadcast_to(mask_array, shape).copy())
         visible[..., 0] = True
         visible[..., block_size : 2 * block_size] = False
         mask_array = visible  # (*B, n_q, n_k)
