@@ -86,6 +86,37 @@ def run_cells(nb: NotebookNode, replace: dict[str, str] | None = None) -> dict[s
     return outcome
 
 
+#: salts standing for the grader's fresh per-submission ones (fixed, so that a run repeats)
+FRESH_SALTS = (11, 12, 13, 14, 15)
+
+
+def fresh_draw_failures(nb: NotebookNode, replace: dict[str, str], salt: int) -> list[str]:
+    """Run ``nb`` (solution cells swapped as in :func:`run_cells`) as the grader runs a
+    submission under ``salt``: its checks draw fresh inputs and only record the raw outputs,
+    which are then judged here against the reference. The failures, in words."""
+    from attention_learner import recording
+    from grader.autograde.judging import CaseAnswers, ExpectedCheck, judge_arrays, judge_close
+
+    recorder = recording.start_recording(salt)
+    try:
+        run_cells(nb, replace)
+    finally:
+        recording.stop_recording()
+    answers, failures = CaseAnswers(), []
+    for records in recorder.records.values():
+        for r in records:
+            want = ExpectedCheck(r.exercise, r.seed, r.params)
+            if r.outputs is None:
+                message = r.error or "no output"
+            elif r.exercise == recording.CLOSE_CHECK:
+                message = judge_close(want, r.outputs)
+            else:
+                message = judge_arrays(want, r.outputs, salt, answers)
+            if message:
+                failures.append(f"salt {salt}, {r.exercise} {r.params}: {message}")
+    return failures
+
+
 def exercise_of(test_id: str) -> str:
     name = test_id.removeprefix("test_")
     return name.split("__", 1)[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.notebook_runner import exercise_of, run_cells, source_notebook
+from tests.notebook_runner import FRESH_SALTS, exercise_of, fresh_draw_failures, run_cells, source_notebook
 
 pytestmark = pytest.mark.ch08
 
@@ -194,3 +194,12 @@ def test_correct_style_keeps_every_point(exercise, style, code):
     outcome = run_cells(source_notebook(ASSIGNMENT), replace={exercise: code})
     mine = {k: v for k, v in outcome.items() if exercise_of(k) == exercise}
     assert mine and all(v == "" for v in mine.values()), mine
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise,style,code", CORRECT, ids=[f"{c[0]}-{c[1]}" for c in CORRECT])
+def test_correct_style_keeps_every_point_on_fresh_draws(exercise, style, code):
+    """As the grader grades it: every check on inputs drawn afresh from a salt."""
+    nb = source_notebook(ASSIGNMENT)
+    failures = [f for salt in FRESH_SALTS for f in fresh_draw_failures(nb, {exercise: code}, salt)]
+    assert not failures, "\n---\n".join(failures)

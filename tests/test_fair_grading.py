@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from attention_learner import recording
-from grader.autograde.judging import CaseAnswers, ExpectedCheck, judge_arrays, judge_close
 from tests.bugzoo.ch07 import BLOCK_MERGE
-from tests.notebook_runner import exercise_of, run_cells, source_notebook
+from tests.notebook_runner import FRESH_SALTS, exercise_of, fresh_draw_failures, run_cells, source_notebook
 
 CH1, CH2, CH3, CH4, CH5, CH6, CH7 = (
     "01_rnn_bottlenecks",
@@ -713,33 +711,6 @@ def test_correct_style_keeps_every_point(assignment, exercise, code):
     )
 
 
-#: salts standing for the grader's fresh per-submission ones (fixed, so that a run repeats)
-FRESH_SALTS = (11, 12, 13, 14, 15)
-
-
-def _fresh_draw_failures(assignment: str, exercise: str, code: str, salt: int) -> list[str]:
-    """Grade the style as the grader does under ``salt``: its checks draw fresh inputs and only
-    record the raw outputs, which are then judged here against the reference."""
-    recorder = recording.start_recording(salt)
-    try:
-        _outcome(assignment, exercise, code)
-    finally:
-        recording.stop_recording()
-    answers, failures = CaseAnswers(), []
-    for records in recorder.records.values():
-        for r in records:
-            want = ExpectedCheck(r.exercise, r.seed, r.params)
-            if r.outputs is None:
-                message = r.error or "no output"
-            elif r.exercise == recording.CLOSE_CHECK:
-                message = judge_close(want, r.outputs)
-            else:
-                message = judge_arrays(want, r.outputs, salt, answers)
-            if message:
-                failures.append(f"salt {salt}, {r.exercise} {r.params}: {message}")
-    return failures
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "assignment,exercise,code",
@@ -748,7 +719,8 @@ def _fresh_draw_failures(assignment: str, exercise: str, code: str, salt: int) -
 def test_correct_style_keeps_every_point_on_fresh_draws(assignment, exercise, code):
     """The grader draws every submission's inputs afresh: a style must pass on those too (a
     log-sum-exp merge here once passed every notebook seed and failed 1 draw in 20)."""
-    failures = [f for salt in FRESH_SALTS for f in _fresh_draw_failures(assignment, exercise, code, salt)]
+    nb = source_notebook(assignment)
+    failures = [f for salt in FRESH_SALTS for f in fresh_draw_failures(nb, {exercise: code}, salt)]
     assert not failures, "a correct solution lost points on a fresh draw:\n" + "\n---\n".join(failures)
 
 
