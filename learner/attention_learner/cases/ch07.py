@@ -255,12 +255,6 @@ def online_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[
     hints = []
     if out is None or out.shape != expected["output"].shape:
         return hints
-    if not np.all(np.isfinite(out)):
-        hints.append(
-            "Some outputs are NaN or infinite. exp overflows above about 709: subtract the "
-            "running max before exponentiating, and give a row that has seen no visible key "
-            "yet (running max still -inf) a shift of 0 rather than computing -inf - (-inf)."
-        )
     broken = ~np.isfinite(out).all(axis=-1)  # (..., n_q)
     if broken.any() and not (broken & ~_behind_a_hidden_block(inputs, out.shape[:-1])).any():
         hints.append(
@@ -268,6 +262,12 @@ def online_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[
             "earlier: such a block adds nothing, but a weight for it like exp(shift - m) with its "
             "shift set to 0 overflows when the scores so far are about -1000, and inf * 0 = NaN. "
             "Give a block with no visible key the weight 0 (or skip it)."
+        )
+    elif broken.any():
+        hints.append(
+            "Some outputs are NaN or infinite. exp overflows above about 709: subtract the "
+            "running max before exponentiating, and give a row that has seen no visible key "
+            "yet (running max still -inf) a shift of 0 rather than computing -inf - (-inf)."
         )
     mask = inputs.get("mask")
     if mask is not None:
