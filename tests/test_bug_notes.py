@@ -30,7 +30,6 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 NOTED = {  # exercise -> the zoo entries named by the hints' bug models
     "positional_encoding": [b for b in zoo06.BUGS if b.exercise == "positional_encoding"],
     "greedy_decode": [b for b in zoo06.BUGS if b.exercise == "greedy_decode"],
-    "online_softmax_attention": [b for b in zoo07.BUGS if b.exercise == "online_softmax_attention"],
     "KVCache": [b for b in zoo07.BUGS if b.exercise == "KVCache"],
     "CachedSelfAttention": [b for b in zoo07.BUGS if b.exercise == "CachedSelfAttention"],
 }
@@ -46,7 +45,6 @@ def model_notes(exercise: str) -> str:
     models = {
         "positional_encoding": lambda: ch06.pe_models(inputs, spec.expected(inputs)),
         "greedy_decode": lambda: ch06.decode_models(inputs, spec.expected(inputs)["ids"]),
-        "online_softmax_attention": lambda: ch07.online_models(inputs),
         "KVCache": lambda: ch07.cache_models(inputs),
         "CachedSelfAttention": lambda: ch07.cached_models(inputs),
     }[exercise]()

@@ -80,6 +80,16 @@ ONLINE_BUGS = {
         _online_mistake("no_max")
     ),
     "the scores were not divided by sqrt(d_k)": _online_no_scaling,
+    "a rescale forgotten altogether: neither the running sum l nor the accumulator acc was "
+    "multiplied by exp(m_old - m_new) when the running max grew, so each block's terms stay "
+    "relative to the max of their own step": _online_mistake("never_rescaled"),
+    "a correction the wrong way round: exp(m_new - m_old) (>= 1) instead of exp(m_old - m_new) "
+    "(<= 1); the old terms must shrink when the max grows": _online_mistake("rescaled_upwards"),
+    "a loop in which only the first block of keys counts: it returned (or stopped) after its "
+    "first block; return acc / l after the loop, once every block was added": _online_mistake(
+        "first_block_only"),
+    "a loop in which only the last block of keys counts: acc and l were overwritten at each "
+    "block (acc = ...) instead of accumulated (acc = c * acc + ...)": _online_mistake("last_block_only"),
 }
 
 

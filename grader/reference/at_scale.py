@@ -42,6 +42,10 @@ MISTAKES = (
     "block_max",  # m_t = max over block t only, instead of the running max
     "drop_last_block",  # the loop stops before a last, partial block
     "no_max",  # exp(s) with no max subtracted at all: overflows above s ~ 709
+    "never_rescaled",  # neither l nor acc is rescaled when the running max grows
+    "rescaled_upwards",  # the correction exp(m_new - m_old) >= 1 instead of exp(m_old - m_new)
+    "first_block_only",  # the loop returns after its first block
+    "last_block_only",  # l and acc overwritten by each block instead of accumulated
 )
 
 
@@ -69,6 +73,9 @@ def _online_softmax(
     total = np.zeros((*batch, n_q, 1))  # running sum l of exp(s - m)
     acc = np.zeros((*batch, n_q, d_v))  # running sum of exp(s - m) v
     stop = n_k - n_k % block_size if mistake == "drop_last_block" else n_k
+    stop = min(stop, block_size) if mistake == "first_block_only" else stop
+    keep_l = mistake in ("no_sum_rescale", "never_rescaled")  # l kept as it is
+    keep_acc = mistake in ("no_accumulator_rescale", "never_rescaled")  # acc kept as it is
     for start in range(0, stop, block_size):
         end = min(start + block_size, n_k)
         K_b, V_b = K[..., start:end, :], V[..., start:end, :]  # (..., b, d_k), (..., b, d_v)
@@ -85,9 +92,12 @@ def _online_softmax(
         shift = np.where(np.isfinite(m_new), m_new, 0.0)  # (..., n_q, 1)
         p = np.exp(s - shift)  # (..., n_q, b), entries in [0, 1] (any with block_max)
         with np.errstate(over="ignore", invalid="ignore"):
-            correction = np.where(np.isfinite(m), np.exp(m - shift), 0.0)  # (..., n_q, 1)
-        total = (total if mistake == "no_sum_rescale" else total * correction) + p.sum(-1, keepdims=True)
-        acc = (acc if mistake == "no_accumulator_rescale" else acc * correction) + p @ V_b
+            exponent = shift - m if mistake == "rescaled_upwards" else m - shift
+            correction = np.where(np.isfinite(m), np.exp(exponent), 0.0)  # (..., n_q, 1)
+        if mistake == "last_block_only":
+            correction = np.zeros_like(correction)  # each block overwrites l and acc
+        total = (total if keep_l else total * correction) + p.sum(-1, keepdims=True)
+        acc = (acc if keep_acc else acc * correction) + p @ V_b
         m = m_new
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, acc / np.where(total > 0, total, 1.0), 0.0)  # (..., n_q, d_v)

@@ -173,7 +173,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     total = p.sum(axis=-1, keepdims=True)
     return np.divide(p @ V, total, out=np.zeros(p.shape[:-1] + V.shape[-1:]), where=total > 0)
 ''', expect="quarter of the"),
-    # named by the hints' bug models (attention_learner.cases.ch07.online_models)
+    # named by the judging half's classic bugs too (grader.exercises.ch07.ONLINE_BUGS)
     Bug("online_softmax_attention", "never-rescaled",
         _online(total="total + p.sum(axis=-1, keepdims=True)", acc="acc + p @ V[..., start:stop, :]"),
         expect="a rescale forgotten altogether"),
@@ -181,10 +181,10 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
         expect="a correction the wrong way round"),
     Bug("online_softmax_attention", "returns-inside-the-loop",
         _online().replace("        m = m_new\n", f"        m = m_new\n        return {_RIGHT['result']}\n"),
-        expect="Only the first block of keys counts"),
+        expect="only the first block of keys counts"),
     Bug("online_softmax_attention", "overwrites-the-sums",
         _online(total="p.sum(axis=-1, keepdims=True)", acc="p @ V[..., start:stop, :]"),
-        expect="Only the last block of keys counts"),
+        expect="only the last block of keys counts"),
     Bug("online_softmax_attention", "unguarded-hidden-block", BLOCK_MERGE.replace("{GUARD}", ""),
         expect="sees no key in some block after seeing one"),
     # ---------------------------------------------------------------- KV cache
