@@ -35,7 +35,7 @@ from grader.reference.multi_head import add_projections, merge_heads, split_head
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
 # The classic mistakes of the online softmax, by name (for the bug zoo and the chapter's
-# figures). Each switches off one part of the update above.
+# figures). Each changes one part of the update below.
 MISTAKES = (
     "no_accumulator_rescale",  # acc_t = acc_{t-1} + ...  (l is rescaled)
     "no_sum_rescale",  # l_t = l_{t-1} + ...  (acc is rescaled)
