@@ -1,11 +1,16 @@
 """The book's figure style: sizes and fonts that stay readable on a phone.
 
 A figure is scaled down to the width of the text column, 342 px on a 390 px phone. A
-figure of ``MAX_WIDTH`` inches (480 px at 100 dpi) is then shown at 71 % of its size, and
-text of ``MIN_FONT`` points at about 9.6 points: every text of a book figure is at least
+figure of ``MAX_WIDTH`` inches (480 CSS px: 100 px per inch) is then shown at 71 % of its
+size, and text of ``MIN_FONT`` points at about 9.6 points: every text of a book figure is at least
 ``MIN_FONT`` points (``BOOK_STYLE``, set for a whole page by ``use_book_style``), figures are
 at most ``MAX_WIDTH`` wide and stack several panels vertically instead of side by side.
 Axes that count things (positions, keys, steps) get integer ticks (``integer_ticks``).
+
+Figures are saved at twice that resolution (``DPI`` = 200 pixels per inch) and shown at half
+their pixel size (``SHOWN_PER_INCH`` CSS px per inch, the width and height given to the page
+with the image), so a phone's screen of two or three device pixels per CSS pixel gets sharp
+lines and text instead of an upscaled 100 dpi image.
 
 The proof is in the PNG: in a Jupyter kernel, ``use_book_style`` makes every figure display
 as a PNG that records the size of its smallest text (``SMALLEST_FONT_KEY``, a PNG text
@@ -38,7 +43,8 @@ from matplotlib.ticker import MaxNLocator
 # Widest figure, in inches, and smallest text, in points (see the module docstring).
 MAX_WIDTH = 4.8
 MIN_FONT = 13.0
-DPI = 100
+DPI = 200  # pixels per inch of the saved PNG
+SHOWN_PER_INCH = 100  # CSS px per inch as the page shows it: a 2x image
 SMALLEST_FONT_KEY = "Book smallest font (pt)"
 DPI_KEY = "Book dpi"
 
@@ -77,7 +83,7 @@ def _load_inline_backend() -> None:
     shell = get_ipython()
     if shell is not None and hasattr(shell, "kernel"):
         shell.run_line_magic("matplotlib", "inline")
-        shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
+        shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png_shown)
 
 
 def smallest_font_pt(fig: Figure, draw: bool = True) -> float:
@@ -108,6 +114,17 @@ def figure_png(fig: Figure) -> bytes:
     fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
     smallest = smallest_font_pt(fig, draw=False)
     return _with_text_chunks(buffer.getvalue(), {SMALLEST_FONT_KEY: f"{smallest:.2f}", DPI_KEY: str(DPI)})
+
+
+def figure_png_shown(fig: Figure) -> tuple[bytes, dict[str, int]]:
+    """``figure_png(fig)`` with the size the page shows it at: ``SHOWN_PER_INCH / DPI`` of its pixels.
+
+    IPython passes the metadata (``width``, ``height`` in CSS px) with the image, and myst-nb
+    writes them on the ``<img>``: the 2x PNG fills the same box a 100 dpi one did.
+    """
+    png = figure_png(fig)
+    width, height = struct.unpack(">II", png[16:24])  # IHDR: width, height after signature, length, type
+    return png, {"width": round(width * SHOWN_PER_INCH / DPI), "height": round(height * SHOWN_PER_INCH / DPI)}
 
 
 def _with_text_chunks(png: bytes, texts: dict[str, str]) -> bytes:

@@ -107,7 +107,7 @@ def test_a_figure_png_records_its_smallest_text_and_the_browser_rule_reads_it(tm
 
     from PIL import Image
 
-    from book_figures.style import DPI_KEY, SMALLEST_FONT_KEY, figure_png, new_figure
+    from book_figures.style import DPI, DPI_KEY, SMALLEST_FONT_KEY, figure_png, new_figure
     from tests.test_browser import figure_text_pt
 
     fig = new_figure((6.4, 3.0))
@@ -116,10 +116,10 @@ def test_a_figure_png_records_its_smallest_text_and_the_browser_rule_reads_it(tm
     ax.text(0.5, 0.5, "small print", fontsize=8)
     png = figure_png(fig)
     image = Image.open(io.BytesIO(png))
-    assert image.text[SMALLEST_FONT_KEY] == "8.00" and image.text[DPI_KEY] == "100"
+    assert image.text[SMALLEST_FONT_KEY] == "8.00" and image.text[DPI_KEY] == str(DPI)
     (tmp_path / "f.png").write_bytes(png)
-    # shown 320 px wide out of 640: 8 pt * 100 dpi / 96 px per inch * 0.5
-    assert abs(figure_text_pt(tmp_path / "f.png", 640, 320) - 8 * 100 / 96 * 0.5) < 1e-9
+    # shown 320 px wide out of 640: 8 pt * DPI / 96 px per inch * 0.5
+    assert abs(figure_text_pt(tmp_path / "f.png", 640, 320) - 8 * DPI / 96 * 0.5) < 1e-9
 
 
 @pytest.mark.book
