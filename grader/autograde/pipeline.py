@@ -34,6 +34,7 @@ from grader.autograde.feedback import write_course_feedback
 from grader.autograde.folder_walk import TRUSTED, WalkedFile, code_fingerprint, copy_walked_file, walk_folder
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
 from grader.autograde.gradebook import SourceCells
+from grader.autograde.inert_notebook import make_inert
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
 from grader.autograde.nbgrader_adapters import (
     SharedAssignLatePenalties,
@@ -286,6 +287,7 @@ def _zero_in_gradebook(gradebook: Gradebook, notebook: str, sub: Submission) -> 
 def _save(run: Run, job: NotebookJob, sub: Submission) -> None:
     """nbgrader's SaveAutoGrades into the gradebook, and the notebook in the autograded layout."""
     SharedSaveAutoGrades(run.gradebook).preprocess(job.sanitized.nb, _resources(run, sub, job.notebook))
+    make_inert(job.sanitized.nb)  # shown as data by formgrader and nbgrader's feedback, never run
     target = run.out / "autograded" / sub.student / sub.assignment / f"{job.notebook}.ipynb"
     # json, not nbformat.writes: the notebook was checked on the way in, and re-validating
     # every autograded notebook against the schema was a tenth of the parent's time
