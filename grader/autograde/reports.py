@@ -126,12 +126,14 @@ def csv_cell(value: Any) -> Any:
     Numbers (int, float: scores, the grader's own) are written as numbers, a negative one
     included. Anything else is text: made :func:`printable`, and when it begins with ``=``,
     ``+``, ``-``, ``@``, a tab or a carriage return (OWASP's CSV-injection list) prefixed
-    with a single quote, so ``=HYPERLINK(...)`` or a student id ``-1`` stays text.
+    with a single quote, so ``=HYPERLINK(...)`` or a student id ``-1`` stays text. A text
+    that begins with a quote gets one too, so no two printable texts make one cell (``=e1`` is
+    ``'=e1``, ``'=e1`` is ``''=e1``): the text is the cell less one leading quote.
     """
     if isinstance(value, int | float) and not isinstance(value, bool):
         return value
     text = printable("" if value is None else str(value))
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    return "'" + text if text.startswith((*FORMULA_STARTS, "'")) else text
 
 
 def write_csv(path: Path, header: list[Any], rows: Iterable[list[Any]]) -> None:
