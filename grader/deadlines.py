@@ -18,10 +18,9 @@
 
 from __future__ import annotations
 
+import errno
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -124,24 +123,25 @@ class HandedIn:
         return None if self.at is None else self.at.replace(tzinfo=UTC).isoformat()
 
 
-def read_timestamp(path: Path) -> HandedIn:
-    """nbgrader's timestamp.txt at ``path``: no symlink, no FIFO, a few hundred bytes at most."""
+def read_timestamp(path: Path, dir_fd: int | None = None) -> HandedIn:
+    """nbgrader's timestamp.txt at ``path`` (a name in ``dir_fd`` if given): no symlink, no
+    FIFO, a few hundred bytes at most (``safe_open.read_small``)."""
     from nbgrader.utils import parse_utc
 
+    from grader.autograde.safe_open import read_small
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw = read_small(path, MAX_TIMESTAMP_BYTES, dir_fd)
     except FileNotFoundError:
         return HandedIn()
     except OSError as exc:
-        return HandedIn(problem=f"{TIMESTAMP_FILE} could not be read ({exc.strerror})")
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if exc.errno == errno.EFBIG:
+            return HandedIn(problem=f"{TIMESTAMP_FILE} is not one line of a date and time")
+        if exc.errno in (errno.ELOOP, errno.EINVAL):
             return HandedIn(problem=f"{TIMESTAMP_FILE} is not a regular file")
-        raw = os.read(fd, MAX_TIMESTAMP_BYTES + 1)
-    finally:
-        os.close(fd)
+        return HandedIn(problem=f"{TIMESTAMP_FILE} could not be read ({exc.strerror})")
     text = raw.decode("utf-8", "replace").strip()
-    if len(raw) > MAX_TIMESTAMP_BYTES or not text or "\n" in text:
+    if not text or "\n" in text:
         return HandedIn(problem=f"{TIMESTAMP_FILE} is not one line of a date and time")
     try:
         return HandedIn(parse_utc(text))

@@ -3,11 +3,14 @@
 INBOUND is an nbgrader exchange's inbound folder (``<exchange>/<course>/inbound``), where
 ``nbgrader submit`` puts ``<student>+<assignment>+<timestamp>+<random>/`` holding the
 notebooks, ``timestamp.txt`` and ``submission_secret.txt`` (written last, so a folder with
-a secret is complete). The watcher looks at it twice a second; for each student and
-assignment it takes the newest complete submission, by the timestamp in its name as
-``nbgrader collect`` does, and grades it with the ordinary pipeline: a copy of it (made by
-the submissions' own bounded walker, symlinks never followed) is a SUBMITTED folder of one
-submission, graded in the watcher's one open session (``GradingSession``), so scores,
+a regular secret is complete). The watcher looks at it twice a second (``grader.inbound``:
+through descriptors, never through a symlink); for each student and assignment it takes
+the newest complete submission, by the timestamp in its name as ``nbgrader collect`` does,
+and grades it with the ordinary pipeline: a copy of it, made in one pass of the submissions'
+own bounded walker through the one descriptor of the folder (``walk_folder(dir_fd=...,
+copy_to=...)``: symlinks never followed, files owned by another user than the folder's never
+copied), is a SUBMITTED folder of one submission in OUT (private), graded in the watcher's
+one open session (``GradingSession``), so scores,
 results.json, feedback, the gradebook and grades.csv (every student graded so far) are
 exactly what a batch run writes. With ``--exchange`` the feedback is then released into
 the exchange, where ``nbgrader fetch_feedback`` finds it.
@@ -21,8 +24,17 @@ fingerprint is unchanged even if the state was lost). A broken submission is gra
 submission is logged and retried a minute later; neither stops the others. Ctrl-C or
 SIGTERM stops it between two steps; what was written stays.
 
-``--max-per-hour N``: one student's submissions are graded at most N times in any hour; a
-newer one waits (only the newest is kept) and its feedback in the exchange says until when.
+Identity comes from the file system (``grader.inbound``): a folder whose owner may not hand
+in as the student it names is not graded; the claimed student's grade is kept and flagged
+(results.json and grades.csv), and the flag stays on later gradings of that student. A copy
+without a regular ``timestamp.txt`` (a symlink is not one) gets one holding the time the
+folder arrived (its ctime), so it is judged late or not by the server's clock; every
+results.json the watcher writes records that time as ``arrived_at``.
+
+``--max-per-hour N``: one owner's submissions are graded (or refused) at most N times in any
+hour, counted by the folder's unix owner (by claimed id only for folders of root or of the
+watcher's own user); a newer one waits (only the newest is kept) and its feedback in the
+exchange says until when.
 """
 
 from __future__ import annotations
@@ -37,89 +49,40 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from grader.autograde import permissions
+from grader import inbound
+from grader.autograde import permissions, reports
 from grader.autograde.executor import Executor
-from grader.autograde.feedback import SECRET, TIMESTAMP, release_feedback, release_page
-from grader.autograde.folder_walk import SUBMISSION_LIMITS, copy_walked_file, walk_folder
+from grader.autograde.feedback import TIMESTAMP, release_feedback, release_page
+from grader.autograde.folder_walk import SUBMISSION_LIMITS, walk_folder
 from grader.autograde.pipeline import GradeOptions
 from grader.autograde.reports import feedback_html, write_atomically
 from grader.autograde.session import GradingSession
 from grader.autograde.submissions import student_id_problem
 from grader.course_cli import exchange_course
+from grader.inbound import Arrival
 
 POLL_SECONDS = 0.5
 RETRY_SECONDS = 60.0
 HOUR = 3600.0
 
 
-@dataclass(frozen=True)
-class Arrival:
-    folder: Path
-    student: str
-    assignment: str
-    submitted_at: datetime  # naive UTC, from the folder's name
-
-    @property
-    def key(self) -> str:
-        return f"{self.student}+{self.assignment}"
-
-
-def parse_inbound_name(name: str) -> tuple[str, str, datetime] | None:
-    """``<student>+<assignment>+<timestamp>[+<random>]``, split as nbgrader collect does
-    (from the right, so a student id may hold a ``+``)."""
-    from nbgrader.utils import parse_utc
-
-    parts = name.rsplit("+", 3)
-    if len(parts) < 3 or name.startswith("."):
-        return None
-    student, assignment, stamp = parts[0], parts[1], parts[2]
-    try:
-        return student, assignment, parse_utc(stamp)
-    except (ValueError, OverflowError):
-        return None
-
-
-def _complete(folder: Path) -> bool:
-    """nbgrader submit writes the secret after everything else."""
-    try:
-        return (folder / TIMESTAMP).stat().st_size > 0 and (folder / SECRET).stat().st_size > 0
-    except OSError:
-        return False
-
-
-def newest_arrivals(inbound: Path, assignments: set[str]) -> dict[str, Arrival]:
-    """The newest complete submission of each student and assignment in INBOUND."""
-    newest: dict[str, Arrival] = {}
-    try:
-        entries = list(os.scandir(inbound))
-    except OSError:
-        return newest
-    for entry in entries:
-        parsed = parse_inbound_name(entry.name)
-        if parsed is None or parsed[1] not in assignments:
-            continue
-        try:
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-        except OSError:
-            continue
-        arrival = Arrival(Path(entry.path), *parsed)
-        if not _complete(arrival.folder):
-            continue
-        old = newest.get(arrival.key)
-        if old is None or (arrival.submitted_at, entry.name) > (old.submitted_at, old.folder.name):
-            newest[arrival.key] = arrival
-    return newest
+def newest_arrivals(folder: Path, assignments: set[str]) -> dict[str, Arrival]:
+    """The newest complete submission of each student and assignment in INBOUND whose owner
+    may claim it (``grader.inbound.scan``)."""
+    return inbound.scan(folder, assignments)[0]
 
 
 @dataclass
 class WatchState:
-    """OUT/.watch/state.json: what was graded, and when each student was last graded."""
+    """OUT/.watch/state.json: what was graded, when each owner was last graded, and which
+    arrivals were refused (their owner may not claim the id they name) with their flags."""
 
     path: Path
     graded: dict[str, str] = field(default_factory=dict)  # "<student>+<assignment>" -> folder name
-    times: dict[str, list[float]] = field(default_factory=dict)  # student -> epoch seconds
+    times: dict[str, list[float]] = field(default_factory=dict)  # Arrival.rate_key -> epoch seconds
     noticed: dict[str, str] = field(default_factory=dict)  # key -> folder told it waits
+    refused: dict[str, str] = field(default_factory=dict)  # folder name -> its flag
+    flags: dict[str, list[str]] = field(default_factory=dict)  # key -> flags its results.json keeps
 
     @classmethod
     def load(cls, path: Path) -> WatchState:
@@ -128,15 +91,17 @@ class WatchState:
         except (OSError, ValueError):
             data = {}
         return cls(path, dict(data.get("graded", {})), {k: list(v) for k, v in data.get("times", {}).items()},
-                   dict(data.get("noticed", {})))
+                   dict(data.get("noticed", {})), dict(data.get("refused", {})),
+                   {k: list(v) for k, v in data.get("flags", {}).items()})
 
     def save(self) -> None:
         write_atomically(self.path, json.dumps({"graded": self.graded, "times": self.times,
-                                                "noticed": self.noticed}, indent=1))
+                                                "noticed": self.noticed, "refused": self.refused,
+                                                "flags": self.flags}, indent=1))
 
-    def recent(self, student: str, now: float) -> list[float]:
-        self.times[student] = [t for t in self.times.get(student, []) if now - t < HOUR]
-        return self.times[student]
+    def recent(self, who: str, now: float) -> list[float]:
+        self.times[who] = [t for t in self.times.get(who, []) if now - t < HOUR]
+        return self.times[who]
 
 
 class Watcher:
@@ -155,15 +120,18 @@ class Watcher:
         """Grade what arrived since the last step, as one batch; the number of submissions."""
         now = time.time()
         batch, taken = [], {}
-        for key, arrival in sorted(newest_arrivals(self.inbound, set(self.session.run.sources)).items()):
+        newest, refused = inbound.scan(self.inbound, set(self.session.run.sources))
+        if any(a.folder.name not in self.state.refused for a in refused):
+            self.refuse([a for a in refused if a.folder.name not in self.state.refused], now)
+        for key, arrival in sorted(newest.items()):
             self.first_seen.setdefault(arrival.folder.name, time.monotonic())
             if self.state.graded.get(key) == arrival.folder.name:
                 continue
             if now - self.failed.get(arrival.folder.name, -RETRY_SECONDS) < RETRY_SECONDS:
                 continue
-            if self._must_wait(arrival, now, taken.get(arrival.student, 0)):
+            if self._must_wait(arrival, now, taken.get(arrival.rate_key, 0)):
                 continue
-            taken[arrival.student] = taken.get(arrival.student, 0) + 1
+            taken[arrival.rate_key] = taken.get(arrival.rate_key, 0) + 1
             batch.append(arrival)
         if batch:
             try:
@@ -175,12 +143,17 @@ class Watcher:
                     f"{exc} (retried in {RETRY_SECONDS:.0f} s)")
         return len(batch)
 
-    def _must_wait(self, arrival: Arrival, now: float, taken: int) -> bool:
-        """Over --max-per-hour (counting ``taken``, this step's other arrivals of the student)."""
+    def _over_limit(self, arrival: Arrival, now: float, taken: int) -> list[float] | None:
+        """The owner's gradings of the last hour if ``arrival`` would exceed --max-per-hour."""
         if self.max_per_hour is None:
-            return False
-        recent = self.state.recent(arrival.student, now)
-        if len(recent) + taken < self.max_per_hour:
+            return None
+        recent = self.state.recent(arrival.rate_key, now)
+        return recent if len(recent) + taken >= self.max_per_hour else None
+
+    def _must_wait(self, arrival: Arrival, now: float, taken: int) -> bool:
+        """Over --max-per-hour (counting ``taken``, this step's other arrivals of the owner)."""
+        recent = self._over_limit(arrival, now, taken)
+        if recent is None:
             return False
         if self.state.noticed.get(arrival.key) != arrival.folder.name:
             until = datetime.fromtimestamp(min(recent) + HOUR, UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -190,12 +163,31 @@ class Watcher:
             log(f"{arrival.key}: waits until {until} ({self.max_per_hour} gradings an hour)")
         return True
 
+    def refuse(self, arrivals: list[Arrival], now: float) -> None:
+        """Arrivals whose owner may not claim the id they name: never graded. Each is logged
+        once; the claimed student's results.json keeps its grade and gains the flag (an
+        ``invalid`` one is written if there is none), within the owner's --max-per-hour."""
+        for arrival in arrivals:
+            flag = inbound.claim_problem(arrival)
+            self.state.refused[arrival.folder.name] = flag
+            log(f"{arrival.folder.name}: refused: {flag}")
+            if student_id_problem(arrival.student) or self._over_limit(arrival, now, 0) is not None:
+                continue  # no folder of OUT may carry this name, or the owner used up its hour
+            self.state.recent(arrival.rate_key, now).append(now)
+            kept = self.state.flags.setdefault(arrival.key, [])
+            if flag not in kept:
+                kept.append(flag)
+            _keep_flags(self.out, arrival, kept, refused=flag)
+        self.state.save()
+        reports.write_grades_csv(self.out, reports.read_results(self.out))
+
     def _notify_waiting(self, arrival: Arrival, until: str) -> None:
         """The waiting submission's own feedback, in the exchange: why, and until when."""
         if self.exchange_course is None:
             return
         try:
-            secret = (arrival.folder / SECRET).read_text(encoding="utf-8")
+            with inbound.opened(arrival) as fd:
+                secret, notebooks = inbound.read_secret(fd), inbound.notebook_names(fd)
         except OSError:
             return
         message = (f"Your submission of {arrival.submitted_at:%Y-%m-%d %H:%M:%S} UTC is waiting to be "
@@ -204,7 +196,7 @@ class Watcher:
                    "Until then, fetch_feedback shows this note.")
         page = feedback_html({"student_id": arrival.student, "assignment": arrival.assignment,
                               "status": "waiting", "tests": []}, queued=message)
-        for notebook in sorted(p.stem for p in arrival.folder.glob("*.ipynb")):
+        for notebook in notebooks:
             release_page(self.exchange_course, secret, notebook, page)
 
     def grade(self, arrivals: list[Arrival]) -> None:
@@ -212,7 +204,7 @@ class Watcher:
         each copy is kept, its feedback released and its line logged."""
         folder = self.home / "arrival"
         shutil.rmtree(folder, ignore_errors=True)
-        problems, copies, stamps = {}, [], {}
+        problems, copies, stamps, notes = {}, [], {}, {}
         for arrival in arrivals:
             problem = student_id_problem(arrival.student)
             if problem:  # no folder may carry this name; nbgrader would not have let it submit
@@ -221,7 +213,7 @@ class Watcher:
                 continue
             copy = folder / arrival.student / arrival.assignment
             try:
-                self._copy(arrival, copy, problems)
+                notes[arrival.key] = self._copy(arrival, copy, problems)
             except (OSError, ValueError) as exc:  # it changed or vanished while it was copied
                 self.failed[arrival.folder.name] = time.time()
                 log(f"could not copy {arrival.folder.name}: {exc} (retried in {RETRY_SECONDS:.0f} s)")
@@ -236,32 +228,67 @@ class Watcher:
             shutil.rmtree(kept, ignore_errors=True)
             permissions.make_folders(kept.parent)
             os.replace(copy, kept)
-            if self.exchange_course is not None:
-                release_feedback(self.out, arrival.student, arrival.assignment, self.exchange_course)
-            self.state.graded[arrival.key] = arrival.folder.name
             results = self.out / arrival.student / arrival.assignment / "results.json"
             graded = _mtime(results) != stamps[arrival.key]
             if graded:
-                self.state.recent(arrival.student, time.time()).append(time.time())
+                _keep_flags(self.out, arrival, self.state.flags.get(arrival.key, []),
+                            notes=notes[arrival.key])
+            if self.exchange_course is not None:
+                release_feedback(self.out, arrival.student, arrival.assignment, self.exchange_course)
+            self.state.graded[arrival.key] = arrival.folder.name
+            if graded:
+                self.state.recent(arrival.rate_key, time.time()).append(time.time())
                 self.graded_now += 1
             waited = time.monotonic() - self.first_seen.get(arrival.folder.name, time.monotonic())
             log(f"{arrival.key}: {_outcome(self.out, arrival)} ({waited:.2f} s after it arrived"
                 f"{'' if graded else ', unchanged'})")
+        if any(self.state.flags.get(a.key) for a, _ in copies):
+            reports.write_grades_csv(self.out, reports.read_results(self.out))
         self.state.save()
         shutil.rmtree(folder, ignore_errors=True)
 
     @staticmethod
-    def _copy(arrival: Arrival, copy: Path, problems: dict[tuple[str, str], str]) -> None:
-        """The arrival's files, as the submissions' walker finds them, into ``copy``."""
-        walk = walk_folder(arrival.folder, SUBMISSION_LIMITS)
+    def _copy(arrival: Arrival, copy: Path, problems: dict[tuple[str, str], str]) -> list[str]:
+        """The arrival's files into ``copy``, read once through one descriptor of its folder
+        (the folder judged, still complete); the notes its results.json gets."""
+        with inbound.opened(arrival) as fd:
+            walk = walk_folder(arrival.folder, SUBMISSION_LIMITS, dir_fd=fd, copy_to=copy, owner=arrival.uid)
         permissions.make_folders(copy)
         if walk.problem:
             problems[(arrival.student, arrival.assignment)] = walk.problem.replace(
                 "the folder", "the submission folder", 1)
+            return []
+        if any(f.relative == Path(TIMESTAMP) for f in walk.files):
+            return []
+        stamp = datetime.fromtimestamp(arrival.arrived_at, UTC)
+        (copy / TIMESTAMP).write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC"), encoding="utf-8")
+        return [f"no regular {TIMESTAMP} was handed in: the time the submission arrived "
+                f"({stamp:%Y-%m-%d %H:%M:%S} UTC, the server's clock) was used"]
+
+
+def _keep_flags(out: Path, arrival: Arrival, flags: list[str], *, refused: str = "",
+                notes: list[str] = ()) -> None:
+    """Add ``flags`` and ``notes`` (each once) and ``arrived_at`` to the claimed student's
+    results.json, keeping everything else; with ``refused`` and no results.json yet, write
+    an ``invalid`` one that says why nothing was graded."""
+    path = out / arrival.student / arrival.assignment / "results.json"
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        if not refused:
             return
-        for file in walk.files:
-            permissions.make_folders((copy / file.relative).parent)
-            copy_walked_file(file, copy / file.relative)
+        result = {"student_id": arrival.student, "assignment": arrival.assignment, "score": 0.0,
+                  "max_score": 0.0, "status": "invalid", "message": refused, "flags": [], "notes": [],
+                  "tests": [], "fingerprint": ""}
+        permissions.make_folders(path.parent)
+    else:
+        if refused:  # the student's own grade: only the flag is added
+            flags, notes = [refused], []
+    result["flags"] = list(result.get("flags", [])) + [f for f in flags if f not in result.get("flags", [])]
+    result["notes"] = list(result.get("notes", [])) + [n for n in notes if n not in result.get("notes", [])]
+    if not refused:
+        result["arrived_at"] = datetime.fromtimestamp(arrival.arrived_at, UTC).isoformat()
+    write_atomically(path, json.dumps(result, indent=1))
 
 
 def _mtime(path: Path) -> int | None:

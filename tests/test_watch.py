@@ -51,13 +51,14 @@ class Watch:
         self.process: subprocess.Popen | None = None
         self.logs: list[Path] = []
         self.prefix: list[str] = []  # what the command runs under (tests/security: setpriv)
+        self.options: list[str] = ["--max-per-hour", "2"]  # tests/security add --due, say
 
     def start(self) -> None:
         log = self.root / f"watch{len(self.logs)}.log"
         self.logs.append(log)
         command = [sys.executable, "-m", "grader", "autograde", "--watch", str(self.inbound), "--out",
                    str(self.out), "--exchange", str(self.exchange), "--source", str(self.source),
-                   "--timeout", "5", "--max-per-hour", "2"]
+                   "--timeout", "5", *self.options]
         with open(log, "w") as handle:
             self.process = subprocess.Popen(self.prefix + command, stdout=handle, stderr=subprocess.STDOUT,
                                             env=env(), cwd=self.root)  # fmt: skip

@@ -4,8 +4,10 @@ Every folder is read by :func:`walk_folder`: iterative (no recursion per folder 
 byte-safe (names that are not UTF-8 are kept as surrogate escapes, hashed as their bytes),
 bounded (:data:`SUBMISSION_LIMITS`: folder depth, bytes per file and per submission,
 entries, all measured with ``lstat`` before a byte is read: a 32 GiB sparse file is refused
-unread), and it never follows a symlink. Its list of files is both what a submission's
-fingerprint hashes and what the job receives (``pipeline._beside_files``, copied with
+unread), and it never follows a symlink: the folder is opened once and everything in it
+is reached through descriptors, a name at a time (``safe_open``), so swapping the folder or
+anything in it for a symlink mid-walk changes nothing that is read. Its list of files is
+both what a submission's fingerprint hashes and what the job receives (``pipeline._beside_files``, copied with
 :func:`copy_walked_file`), so a re-run sees every change to a file the job got,
 ``__pycache__`` included; files behind symlinks are neither fingerprinted nor copied. The
 source's and the grader's own code are walked the same way (:data:`TRUSTED`,
@@ -14,13 +16,14 @@ source's and the grader's own code are walked the same way (:data:`TRUSTED`,
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
+
+from grader.autograde import permissions, safe_open
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 MB = 2**20
@@ -116,112 +119,145 @@ def _megabytes(size: int) -> str:
 
 
 def walk_folder(folder: Path, limits: FolderLimits = SUBMISSION_LIMITS, *, read: bool = True,
-                skip_names: frozenset[str] = frozenset()) -> FolderWalk:
+                skip_names: frozenset[str] = frozenset(), dir_fd: int | None = None,
+                copy_to: Path | None = None, owner: int | None = None) -> FolderWalk:
     """Every regular file under ``folder``, sorted, without following a symlink; never raises.
 
-    Folders are visited from an explicit stack (a depth of thousands costs no recursion);
-    sizes are judged from ``lstat`` before anything is opened; with ``read`` each kept file
-    is hashed in chunks, reading no more than the limit. A file that is unreadable, too
+    ``folder`` is opened once (or ``dir_fd`` is its open descriptor) and everything below it
+    is reached through descriptors, one name at a time (``safe_open``): a swap of the folder
+    or of anything in it for a symlink or another file is refused, never read. Folders are
+    visited depth first from an explicit stack of open descriptors (one per level: a depth
+    of thousands costs no recursion, at most ``depth + 1`` descriptors); sizes are judged
+    from ``fstatat`` before anything is opened; with ``read`` each kept file is hashed in
+    chunks, reading no more than the limit, and with ``copy_to`` written there in the same
+    pass (the copy holds exactly the bytes hashed). With ``owner`` (the watcher: the inbound
+    folder's owner) a file or folder owned by another user is left out: a hard link to a
+    file its student could not have read is never copied. A file that is unreadable, too
     large or not regular, and a folder too deep or unreadable, is left out with a reason
     (the job is graded without it); going over the entries or total bytes, or an unreadable
     ``folder`` itself, sets ``problem`` (the submission cannot be graded).
     """
     walk = FolderWalk()
-    entries = total = 0
-    stack: list[tuple[Path, int]] = [(Path(), 0)]  # (folder relative to ``folder``, its depth)
-    while stack:
-        relative, depth = stack.pop()
-        try:
-            with os.scandir(folder / relative) as listing:
-                children = sorted(listing, key=lambda e: os.fsencode(e.name))
-        except OSError as exc:
-            if depth == 0:
-                walk.problem = f"the folder could not be read ({reason(exc)})"
-                return walk
-            walk.skipped.append(Skipped(relative, f"the folder could not be read ({reason(exc)})"))
-            continue
-        subfolders = []
-        for entry in children:
-            entries += 1
-            if limits.entries is not None and entries > limits.entries:
-                walk.problem = (f"the submission folder holds more than {limits.entries:,} files "
-                                "and folders")
-                return walk
-            if entry.name in skip_names:
+    try:
+        top = os.dup(dir_fd) if dir_fd is not None else safe_open.open_folder(folder)
+    except OSError as exc:
+        walk.problem = f"the folder could not be read ({reason(exc)})"
+        return walk
+    counts = [0, 0]  # entries seen, bytes kept
+    # one frame per open folder: its descriptor, relative path, depth, subfolders still to enter
+    frames: list[tuple[int, Path, int, list[tuple[str, os.stat_result]]]] = []
+    try:
+        base = copy_to if copy_to is not None else folder
+        listed = _list(top, Path(), 0, walk, limits, skip_names, read, copy_to, owner, counts, base)
+        if listed is None:
+            return walk
+        frames.append((top, Path(), 0, listed))
+        top = -1
+        while frames:
+            fd, relative, depth, pending = frames[-1]
+            if not pending:
+                os.close(fd)
+                frames.pop()
                 continue
-            name = relative / entry.name
+            name, st = pending.pop(0)
             try:
-                st = entry.stat(follow_symlinks=False)
+                child = safe_open.open_folder(name, fd, expect=st)
             except OSError as exc:
-                walk.skipped.append(Skipped(name, f"could not be read ({reason(exc)})"))
+                walk.skipped.append(Skipped(relative / name, f"the folder could not be read ({reason(exc)})"))
                 continue
-            if stat.S_ISLNK(st.st_mode):
-                walk.symlinks.append(name)
-            elif stat.S_ISDIR(st.st_mode):
-                if limits.depth is not None and depth + 1 > limits.depth:
-                    walk.skipped.append(Skipped(name, f"a folder more than {limits.depth} levels deep"))
-                else:
-                    subfolders.append((name, depth + 1))
-            elif not stat.S_ISREG(st.st_mode):
-                walk.skipped.append(Skipped(name, "not a regular file"))
-            elif limits.file_bytes is not None and file_size(st) > limits.file_bytes:
-                walk.skipped.append(Skipped(name, f"{_megabytes(file_size(st))}, over the "
-                                                  f"{_megabytes(limits.file_bytes)} limit for one file",
-                                            regular=True))
-            else:
-                total += file_size(st)
-                if limits.total_bytes is not None and total > limits.total_bytes:
-                    walk.problem = (f"the submission folder holds more than "
-                                    f"{_megabytes(limits.total_bytes)} of files")
-                    return walk
-                try:
-                    digest = _hash_file(folder / name, limits.file_bytes) if read else None
-                except OSError as exc:
-                    walk.skipped.append(Skipped(name, f"could not be read ({reason(exc)})", regular=True))
-                    continue
-                walk.files.append(WalkedFile(name, folder / name, file_size(st), digest))
-        stack.extend(reversed(subfolders))
+            try:
+                listed = _list(child, relative / name, depth + 1, walk, limits, skip_names, read, copy_to,
+                               owner, counts, base)
+            except BaseException:
+                os.close(child)
+                raise
+            if listed is None:
+                os.close(child)
+                return walk
+            frames.append((child, relative / name, depth + 1, listed))
+    finally:
+        for fd, *_ in frames:
+            os.close(fd)
+        if top >= 0:
+            os.close(top)
     walk.files.sort()
     return walk
 
 
-def open_regular(path: Path) -> int:
-    """A descriptor on ``path`` if it is (still) a regular file; a symlink or FIFO is refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return fd
-
-
-def _chunks(fd: int, limit: int | None):
-    read = 0
-    while chunk := os.read(fd, CHUNK):
-        read += len(chunk)
-        if limit is not None and read > limit:
-            raise OSError(errno.EFBIG, f"grew over {_megabytes(limit)} while it was read")
-        yield chunk
-
-
-def _hash_file(path: Path, limit: int | None) -> bytes:
-    fd = open_regular(path)
+def _list(fd: int, relative: Path, depth: int, walk: FolderWalk, limits: FolderLimits,
+          skip_names: frozenset[str], read: bool, copy_to: Path | None, owner: int | None,
+          counts: list[int], base: Path) -> list[tuple[str, os.stat_result]] | None:
+    """One folder's entries (through its descriptor ``fd``) into ``walk``; its subfolders to
+    enter, as (name, stat); ``None`` when ``walk.problem`` was set (stop the walk). Kept
+    files are named under ``base`` (the copy if there is one, else the walked folder)."""
     try:
-        digest = hashlib.sha256()
-        for chunk in _chunks(fd, limit):
-            digest.update(chunk)
-        return digest.digest()
-    finally:
-        os.close(fd)
+        with os.scandir(fd) as listing:
+            names = sorted((e.name for e in listing), key=os.fsencode)
+    except OSError as exc:
+        if depth == 0:
+            walk.problem = f"the folder could not be read ({reason(exc)})"
+            return None
+        walk.skipped.append(Skipped(relative, f"the folder could not be read ({reason(exc)})"))
+        return []
+    if copy_to is not None:
+        permissions.make_folders(copy_to / relative)
+    subfolders = []
+    for entry in names:
+        counts[0] += 1
+        if limits.entries is not None and counts[0] > limits.entries:
+            walk.problem = f"the submission folder holds more than {limits.entries:,} files and folders"
+            return None
+        if entry in skip_names:
+            continue
+        name = relative / entry
+        try:
+            st = safe_open.lstat_at(entry, fd)
+        except OSError as exc:
+            walk.skipped.append(Skipped(name, f"could not be read ({reason(exc)})"))
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            walk.symlinks.append(name)
+        elif owner is not None and st.st_uid != owner:
+            walk.skipped.append(Skipped(name, "owned by another user than the submission folder (a hard "
+                                              "link to someone else's file?)",
+                                        regular=stat.S_ISREG(st.st_mode)))
+        elif stat.S_ISDIR(st.st_mode):
+            if limits.depth is not None and depth + 1 > limits.depth:
+                walk.skipped.append(Skipped(name, f"a folder more than {limits.depth} levels deep"))
+            else:
+                subfolders.append((entry, st))
+        elif not stat.S_ISREG(st.st_mode):
+            walk.skipped.append(Skipped(name, "not a regular file"))
+        elif limits.file_bytes is not None and file_size(st) > limits.file_bytes:
+            walk.skipped.append(Skipped(name, f"{_megabytes(file_size(st))}, over the "
+                                              f"{_megabytes(limits.file_bytes)} limit for one file",
+                                        regular=True))
+        else:
+            counts[1] += file_size(st)
+            if limits.total_bytes is not None and counts[1] > limits.total_bytes:
+                walk.problem = (f"the submission folder holds more than {_megabytes(limits.total_bytes)} "
+                                "of files")
+                return None
+            try:
+                digest = (safe_open.hash_file(entry, fd, st, limits.file_bytes, copy_to and copy_to / name)
+                          if read or copy_to is not None else None)
+            except OSError as exc:
+                walk.skipped.append(Skipped(name, f"could not be read ({reason(exc)})", regular=True))
+                continue
+            walk.files.append(WalkedFile(name, base / name, file_size(st), digest))
+    return subfolders
 
 
 def copy_walked_file(file: WalkedFile, target: Path) -> None:
     """Copy ``file`` to ``target``: at most the bytes it had when walked, and, when the walk
-    hashed it, exactly those bytes (the job gets what the fingerprint covers, or nothing)."""
-    fd = open_regular(file.path)
+    hashed it, exactly those bytes (the job gets what the fingerprint covers, or nothing).
+    ``file.path`` is in a folder only the grader writes (SUBMITTED, the watcher's copy, the
+    source); its last component is still never followed."""
+    fd = safe_open.open_regular(file.path)
     try:
         digest = hashlib.sha256()
         with open(target, "xb") as out:
-            for chunk in _chunks(fd, max(file.size, CHUNK)):
+            for chunk in safe_open.read_chunks(fd, max(file.size, CHUNK)):
                 digest.update(chunk)
                 out.write(chunk)
     finally:

@@ -1,9 +1,12 @@
 """Reading a submitted notebook without trusting it: one regular file, bounded, checked.
 
-:func:`read_notebook` opens only a regular file (no symlink, no FIFO), refuses one over
-:data:`~grader.autograde.folder_walk.MAX_NOTEBOOK_BYTES` before and while reading it, and
-checks the JSON's structure; anything it cannot use is an :class:`InvalidNotebook` whose
-message says why (it becomes the submission's ``invalid`` row or a note).
+:func:`read_notebook` opens only a regular file (``safe_open.open_regular``: no symlink, no
+FIFO), refuses one over :data:`~grader.autograde.folder_walk.MAX_NOTEBOOK_BYTES` before and
+while reading it, and one of more than :data:`MAX_CELLS` cells right after parsing it (the
+largest source notebook has 43; 300,000 empty cells would cost nbgrader's preprocessors
+many seconds, holding up every submission behind it), and checks the JSON's structure;
+anything it cannot use is an :class:`InvalidNotebook` whose message says why (it becomes
+the submission's ``invalid`` row or a note).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from grader.autograde.folder_walk import MAX_NOTEBOOK_BYTES, file_size, open_regular, reason
+from grader.autograde.folder_walk import MAX_NOTEBOOK_BYTES, file_size, reason
+from grader.autograde.safe_open import open_regular
+
+MAX_CELLS = 2_000
 
 
 class InvalidNotebook(ValueError):
@@ -46,6 +52,10 @@ def read_notebook(path: Path) -> NotebookNode:
         raise InvalidNotebook(f"{path.name} is not valid notebook JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells", data.get("worksheets")), list):
         raise InvalidNotebook(f"{path.name} is not valid notebook JSON: it has no list of cells")
+    cells = len(data.get("cells", data.get("worksheets")))
+    if cells > MAX_CELLS:
+        raise InvalidNotebook(f"{path.name} has {cells:,} cells, over the limit of {MAX_CELLS:,} cells "
+                              "for one notebook")
     if data.get("nbformat") != 4:  # old formats: let nbformat convert (and validate) them
         try:
             return nbformat.reads(text, as_version=4)
