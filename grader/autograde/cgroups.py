@@ -215,6 +215,20 @@ class Cgroups:
         self.pending = []
 
 
+_MEMORY_FILES = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max")
+
+
+def lower_memory(files: Iterable[str], memory_bytes: int) -> None:
+    """Lower the memory limit of the job's cgroups whose joining ``files`` these are (those of
+    :meth:`Cgroups.job`) to ``memory_bytes``, swap included. v1: the memory limit first, so
+    that memsw is never below it; a folder without these files (``pids``) is left alone."""
+    for name in files:
+        folder = Path(name).parent
+        for limit in _MEMORY_FILES:
+            if (folder / limit).exists():
+                _write(folder / limit, str(memory_bytes))
+
+
 def join(files: Iterable[str]) -> None:
     """Move the calling single-threaded process into each cgroup (its children are born there)."""
     for name in files:

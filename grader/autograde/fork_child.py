@@ -25,7 +25,7 @@ from pathlib import Path
 
 from grader.autograde import cgroups as cgroup_tree
 from grader.autograde import confine, mount_tree, seccomp
-from grader.autograde.fork_protocol import ChildJob, Isolation, Limits
+from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, budgeted_memory
 
 
 def _wire_descriptors(report: int, log: int, keep: int) -> None:
@@ -75,7 +75,8 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: mount_tree
     """Runs as the job's PID 1 (or its only process without namespaces). Never returns.
 
     ``counted``: the job is in cgroups of its own; without them the per-process limits are
-    lowered and the calls that hold memory outside every limit are refused.
+    lowered and the calls that hold memory outside every limit are refused (and, when a test
+    cell has a memory budget, those that start a second process: ``seccomp``).
     """
     status = 71
     try:
@@ -96,13 +97,16 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: mount_tree
         confine.set_limits(_limits(job.limits, isolation, counted, as_root))
         if isolation is Isolation.NAMESPACES:
             confine.drop_privileges(as_root)
-            if not counted:
-                seccomp.refuse_uncounted_memory()
+            # every mode: no keyring, no other process's memory, no new namespace; without a
+            # cgroup also no uncounted memory and, under a memory budget, no second process
+            budgeted = budgeted_memory(job.limits, cells) is not None
+            seccomp.install(counted, single_process=budgeted and not counted)
             # changing identity cleared the parent-death signal: ask again (the keeper also
             # kills this process when it dies of the server's death)
             confine.die_with_parent(signal.SIGKILL)
         elif isolation is Isolation.WEAK:
             confine.set_no_new_privs()
+            seccomp.install(counted=True)  # the state shared across jobs, at least
         os.chdir(home)
         os.environ.clear()
         os.environ.update(_learner_environment(home if isolation is Isolation.NAMESPACES else str(folder)))
@@ -167,6 +171,9 @@ def _keeper(job: ChildJob, cells: list, view: mount_tree.View | None, server: in
         os._exit(75)
 
     signal.signal(signal.SIGTERM, server_died)
+    budget = budgeted_memory(job.limits, cells)
+    if budget is not None and cgroup_procs:  # every process of the job, for the whole job
+        cgroup_tree.lower_memory(cgroup_procs, budget)
     cgroup_tree.join(cgroup_procs)  # before the namespaces: its cgroup is their cgroup root
     confine.unshare_namespaces(as_root=os.getuid() == 0)
     # after unshare (a new user namespace clears it): then make sure the server is still there

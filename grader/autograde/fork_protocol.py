@@ -36,6 +36,23 @@ class Limits:
     tmp_bytes: int = 64 * 2**20  # size of its home, /tmp and /dev/shm (each)
 
 
+#: what a job whose notebook has a memory budget may hold besides the budgeted cell's own
+#: allocations, in its cgroup: the pages it writes of the preloaded interpreter, IPython, the
+#: other cells (an honest chapter 7 notebook peaks at 138 MiB in all, the budgeted cell included)
+BUDGET_HEADROOM = 128 * 2**20
+
+
+def budgeted_memory(limits: Limits, cells: list[dict]) -> int | None:
+    """The memory of a whole job one of whose ``cells`` (``job.json``'s) has a memory budget:
+    the smallest budget + BUDGET_HEADROOM, at most ``limits.memory_bytes``; None without one.
+
+    Read by the trusted side only (the keeper, and PID 1 before any learner code), from what
+    the parent wrote: no learner code can change it.
+    """
+    budgets = [int(c["memory_bytes"]) for c in cells if c.get("memory_bytes")]
+    return min(min(budgets) + BUDGET_HEADROOM, limits.memory_bytes) if budgets else None
+
+
 @dataclass(frozen=True)
 class ChildJob:
     id: str  # opaque: says nothing about the student
