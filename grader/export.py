@@ -24,17 +24,28 @@ student who is not on the roster is left out and named in the report. Without a 
 each graded student is a row, their student id standing for the LMS login (Canvas's
 ``SIS Login ID``, Moodle's ``Username``). Every cell goes through ``reports.write_csv``, so
 no cell is a formula.
+
+Ids are never read back from CSV text. A student is the raw name of their folder of OUT
+(``OUT/<student>/<assignment>/results.json``), and grades.csv only says which of those
+records are current: each record is escaped as ``write_grades_csv`` wrote it and compared
+with the file's text, never the file unescaped into an id. Roster ids match exactly (no
+case folding, trimming or Unicode normalisation: ``=e1``, ``'=e1``, ``е1`` in Cyrillic and
+``e1`` are four students). Two students whose identifying cells would still read the same
+in the file (a name that was not UTF-8 and one spelling its escape) are both left out and
+named in the report, never merged.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.autograde.reports import FORMULA_STARTS, read_results, write_csv
+from grader.autograde.reports import csv_cell, printable, write_csv
 
 FORMATS = ("canvas", "moodle", "wide")
 _ALIASES = {"student_id": "student_id", "student": "name", "name": "name", "full_name": "name",
@@ -58,6 +69,7 @@ class ExportReport:
     missing: dict[str, list[str]] = field(default_factory=dict)  # assignment -> roster students
     not_on_roster: list[str] = field(default_factory=list)
     missing_as_zero: bool = False
+    indistinct: list[str] = field(default_factory=list)  # students left out: their ids would read alike
 
     def lines(self) -> list[str]:
         lines = [f"wrote {self.path} ({self.fmt}): {self.students} students, "
@@ -65,11 +77,18 @@ class ExportReport:
         for assignment, students in sorted(self.missing.items()):
             how = "scored 0 (--missing-as-zero)" if self.missing_as_zero else "left empty"
             lines.append(f"no submission of {assignment} from {len(students)} roster students, {how}: "
-                         + ", ".join(students[:20]) + (" ..." if len(students) > 20 else ""))
+                         + _ids(students[:20]) + (" ..." if len(students) > 20 else ""))
         if self.not_on_roster:
             lines.append(f"not on the roster, left out ({len(self.not_on_roster)}): "
-                         + ", ".join(self.not_on_roster))
+                         + _ids(self.not_on_roster))
+        if self.indistinct:
+            lines.append(f"left out, their ids would read the same in the file ({len(self.indistinct)}): "
+                         + _ids(self.indistinct))
         return lines
+
+
+def _ids(students: list[str]) -> str:
+    return ", ".join(printable(s) for s in students)
 
 
 def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
@@ -102,6 +121,8 @@ def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
 
     header, rows = {"canvas": _canvas, "moodle": _moodle, "wide": _wide}[fmt](
         people, assignments, results, score, canvas_ids, by_key, missing_as_zero)
+    rows, report.indistinct = _distinct_rows(fmt, people, rows)
+    report.students = len(people) - len(report.indistinct)
     try:
         write_csv(target, header, rows)
     except OSError as exc:
@@ -110,24 +131,57 @@ def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
 
 
 def graded_results(out: Path) -> list[dict[str, Any]]:
-    """The results.json records of grades.csv's rows (all of OUT's if it has no grades.csv)."""
+    """The results.json records of grades.csv's rows (all of OUT's if it has no grades.csv),
+    each with ``student_id`` and ``assignment`` the raw names of its folders."""
     if not out.is_dir():
         raise ExportError(f"{out} is not a folder (give the --out folder of python -m grader autograde)")
-    results = [r for r in read_results(out) if isinstance(r.get("student_id"), str) and "assignment" in r]
+    results = []
+    for path in sorted(out.glob("*/*/results.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and "score" in record:
+            results.append({**record, "student_id": path.parent.parent.name, "assignment": path.parent.name})
     grades = out / "grades.csv"
     if grades.is_file():
         with open(grades, newline="", encoding="utf-8", errors="replace") as handle:
-            keys = {(_plain(r.get("student_id", "")), _plain(r.get("assignment", "")))
-                    for r in csv.DictReader(handle)}
-        results = [r for r in results if (r["student_id"], r["assignment"]) in keys]
+            rows = Counter(_row_key(r.get("student_id"), r.get("assignment"), r.get("status"), r.get("score"))
+                           for r in csv.DictReader(handle))
+        current = []
+        for r in results:  # a row stands for one record: two that would write alike need two rows
+            key = _row_key(csv_cell(r["student_id"]), csv_cell(r["assignment"]), csv_cell(r.get("status")),
+                           r["score"])
+            if rows[key] > 0:
+                rows[key] -= 1
+                current.append(r)
+        results = current
     if not results:
         raise ExportError(f"{out} holds no graded submissions (no */*/results.json named in grades.csv)")
     return results
 
 
-def _plain(cell: str) -> str:
-    """A grades.csv text cell as it was before ``csv_cell`` neutralised a formula start."""
-    return cell[1:] if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS) else cell
+def _row_key(student: Any, assignment: Any, status: Any, score: Any) -> tuple[str, str, str, float | None]:
+    """A grades.csv row as text (the record's fields escaped as ``write_grades_csv`` writes them)."""
+    try:
+        number = round(float(score), 4)
+    except (TypeError, ValueError):
+        number = None
+    return str(student), str(assignment), str(status), number
+
+
+def _distinct_rows(fmt: str, people: list[dict[str, str]], rows: list[list[Any]]
+                   ) -> tuple[list[list[Any]], list[str]]:
+    """``rows`` (one per person, after Canvas's points row) less those whose identifying cells
+    would read the same in the file as another's (both are left out, and returned)."""
+    head = rows[:1] if fmt == "canvas" else []
+    body = rows[len(head):]
+    columns = {"canvas": slice(1, 4), "moodle": slice(2, 3), "wide": slice(0, 1)}[fmt]
+    idents = [tuple(str(csv_cell(c)) for c in row[columns]) for row in body]
+    counts = Counter(ident for ident in idents if any(ident))  # no identifier at all: nothing to merge
+    kept = [row for row, ident in zip(body, idents, strict=True) if counts[ident] <= 1]
+    alike = [p["student_id"] for p, ident in zip(people, idents, strict=True) if counts[ident] > 1]
+    return head + kept, alike
 
 
 def read_roster(path: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
@@ -148,10 +202,12 @@ def read_roster(path: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
     canvas_ids = {m["name"]: m["id"] for m in (_CANVAS_COLUMN.fullmatch(h.strip()) for h in header) if m}
     people, seen = [], set()
     for row in body:
-        person = {n: (row[i].strip() if i < len(row) else "") for i, n in enumerate(names) if n}
+        # the student id exactly as written (ids are folder names: a space is part of one)
+        person = {n: (row[i] if n == "student_id" else row[i].strip()) if i < len(row) else ""
+                  for i, n in enumerate(names) if n}
         student = person.get("student_id", "")
-        if not student or student.lower() in ("points possible",):  # Canvas's second row
-            continue
+        if not student or (student.strip() == "Points Possible" and not person.get("canvas_id")):
+            continue  # Canvas's second row
         if student in seen:
             raise ExportError(f"the roster {path} lists the student id {student!r} twice")
         seen.add(student)
