@@ -57,6 +57,11 @@ $(STAMP): pyproject.toml learner/pyproject.toml
 	fi
 	@touch $(STAMP)
 
+# What `make book` checks on the book it has just built (a failure fails the build): the
+# numbers in the prose (tests/test_page_numbers.py) and the recorded claims
+# (tests/test_book_claims.py, on _build/html).
+BOOK_CHECKS := tests/test_page_numbers.py tests/test_book_claims.py
+
 # IPYTHONDIR gives the build's kernels _ext/ipython_kernel_config.py (and not the user's
 # ~/.ipython); it drops the "Kernel is running over TCP without encryption" notice that
 # ipykernel printed for every executed page. Sphinx warnings are untouched: -W still fails.
@@ -65,8 +70,12 @@ book: $(STAMP)
 	@mkdir -p _build/ipython/profile_default
 	@cp _ext/ipython_kernel_config.py _build/ipython/profile_default/
 	@echo "Building the book: jupyter-book build --all -W --keep-going . (a few minutes) ..."
-	@IPYTHONDIR="$(CURDIR)/_build/ipython" PATH="$(CURDIR)/$(BIN):$$PATH" \
-	    $(BIN)/jupyter-book build --all -W --keep-going .
+	@start=$$(date +%s); IPYTHONDIR="$(CURDIR)/_build/ipython" PATH="$(CURDIR)/$(BIN):$$PATH" \
+	    $(BIN)/jupyter-book build --all -W --keep-going . && \
+	    echo "Built in $$(( $$(date +%s) - start )) s."
+	@echo "Checking the built pages: every digit of the prose computed or listed, every claim held ..."
+	@ATTENTION_BOOK_HTML="$(CURDIR)/_build/html" PATH="$(CURDIR)/$(BIN):$$PATH" \
+	    $(BIN)/python -m pytest -q -p no:cacheprovider $(BOOK_CHECKS)
 	@echo "The book is in _build/html/index.html"
 
 test: $(STAMP)

@@ -135,6 +135,8 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
         ("a single query at $d = 256$", CODE),
         ("one query over 16 keys at $d = 256$", CODE),
         ("each run smoothed over 10 steps", CODE),
+        ("is $1/\\sqrt{d}$ with scaling and 1 without", DEFINITION),  # the scale of raw scores
+        ("(the 75th percentile)", DEFINITION),
     ],
     "chapters/03_scaled_dot_product/masks.md": [
         ("such as $-10$ instead of", EXAMPLE),  # -10^9
