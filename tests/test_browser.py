@@ -10,6 +10,8 @@ phone width (390 px), and the test asserts what a reader would otherwise find by
 - no raw Markdown pipe table and no unrendered MyST directive or role in the text;
 - no horizontal overflow at 390 px, except inside a scroll container the theme provides
   (tables and code scroll inside their own box);
+- no display equation or table cut off at 390 px by the box that scrolls it unless that box
+  shows the scroll cue of ``_static/book.css`` (a shadow on the side where more lies);
 - every figure's text at least ``MIN_FIGURE_PT`` points as shown at 390 px: the smallest
   text size the build recorded in the figure's PNG (``book_figures.style.figure_png``),
   scaled by the width the figure is displayed at;
@@ -109,8 +111,34 @@ for (const el of article.querySelectorAll('mjx-container[display="true"]')) {
   }
 }
 
+// Display equations and tables cut off by the box that scrolls them, with no visible cue that
+// they scroll: the box's background must draw the scrolling shadows of _static/book.css
+// (gradients, one part attached to the content: background-attachment "local").
+function scroller(el) {  // the element itself or the nearest ancestor that clips sideways
+  for (let box = el; box && box !== document.body; box = box.parentElement) {
+    if (getComputedStyle(box).overflowX !== "visible") return box;
+  }
+  return null;
+}
+function hasCue(box) {
+  const style = getComputedStyle(box);
+  return style.backgroundImage.includes("gradient") && style.backgroundAttachment.includes("local");
+}
+const clippedWithoutCue = [];
+for (const el of article.querySelectorAll('mjx-container[display="true"], table')) {
+  const box = scroller(el);
+  const rect = el.getBoundingClientRect();
+  if (rect.width === 0 || rect.height === 0) continue;  // hidden (a closed dropdown)
+  const width = Math.max(el.scrollWidth, Math.round(rect.width));
+  if (!box || box.scrollWidth <= box.clientWidth + 1 || hasCue(box)) continue;
+  const what = el.tagName === "TABLE" ? "table " + JSON.stringify(el.textContent.trim().slice(0, 40))
+                                      : "math " + JSON.stringify(el.textContent.slice(0, 40));
+  clippedWithoutCue.push(what + ": " + width + " px in a " + box.clientWidth + " px box with no scroll cue");
+}
+
 return JSON.stringify({
   text: text,
+  clippedWithoutCue: clippedWithoutCue,
   mathSources: article.querySelectorAll(".math").length,
   typeset: article.querySelectorAll("mjx-container").length,
   mathErrors: article.querySelectorAll("mjx-merror, [data-mjx-error]").length,
@@ -303,6 +331,7 @@ def inspect(driver, url: str, html_dir: Path, base: str, page: str, width_name: 
         if seen["pageWidth"] > seen["viewport"] + 1:
             problems.append(f"the page is {seen['pageWidth']} px wide in a {seen['viewport']} px viewport")
         problems += [f"overflows the phone screen: {what}" for what in seen["overflowing"][:5]]
+        problems += [f"cut off: {what}" for what in seen["clippedWithoutCue"]]
         problems += small_figure_text(seen["images"], base, html_dir)
     else:
         problems += [f"display equation wider than the column: {what}" for what in seen["wideMath"]]
@@ -351,6 +380,23 @@ def test_the_inspection_sees_defects(browser, book_url, tmp_path):
     assert seen["overflowing"] and seen["pageWidth"] > seen["viewport"]
     assert any(HASHED.search(image["alt"]) for image in seen["images"])
     assert _console_errors(browser), "the deliberate ReferenceError was not seen"
+    assert seen["clippedWithoutCue"] == []  # nothing here scrolls: the page itself overflows
+
+    # a wide table in a scroll box: cut off without the cue, accepted with it
+    cue = ("background: linear-gradient(to right, #fff 30%, transparent) left center / 2.5em 100% "
+           "no-repeat local, radial-gradient(farthest-side at 0 50%, #0004, transparent) left center "
+           "/ 0.9em 100% no-repeat scroll;")
+    cut = tmp_path / "cut.html"
+    cut.write_text(
+        "<html><body><article class='bd-article'>"
+        "<div style='overflow-x: auto'><table><tr><td style='min-width: 900px'>bare</td></tr></table></div>"
+        f"<div style='overflow-x: auto; {cue}'><table><tr><td style='min-width: 900px'>cued</td></tr>"
+        "</table></div></article></body></html>",
+        encoding="utf-8",
+    )
+    browser.get(cut.as_uri())
+    seen = json.loads(browser.execute_script(INSPECT_PAGE))
+    assert len(seen["clippedWithoutCue"]) == 1 and "bare" in seen["clippedWithoutCue"][0], seen
 
     # a figure whose text is too small at 390 px, and one that does not say how small
     from book_figures.style import figure_png, new_figure
