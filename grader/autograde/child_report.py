@@ -5,7 +5,8 @@ for it (the file lies in a folder the child cannot see). A line holds the cell's
 outputs, and the raw arrays each ``check`` call received from the learner's code:
 
     {"index": 7, "outputs": [...], "records": [{"exercise": ..., "seed": ..., "params": {...},
-     "error": "", "arrays": {"output": {"dtype": "<f8", "shape": [3, 2], "data": base64}}}]}
+     "error": "", "arrays": {"output": {"dtype": "<f8", "shape": [3, 2], "data": base64}},
+     "reached": ["aten::_softmax"]}]}
 
 Everything in a report was written by the learner's process, so the parent trusts none of
 it: :func:`read_report` caps its size, keeps only well-formed lines, and rebuilds each array
@@ -27,6 +28,7 @@ import numpy as np
 MAX_REPORT_BYTES = 32 * 2**20  # per notebook; a larger report fails that submission only
 MAX_RECORD_ELEMENTS = 1_000_000  # per record; cases are a few hundred numbers at most
 MAX_OUTPUTS_PER_CELL = 200
+MAX_REACHED, MAX_REACHED_CHARS = 16, 200  # per record: what its call reached that it may not
 # what the checks' to_numpy produces: the NumPy exercises' dtype rule is read from these
 ARRAY_DTYPES = {"<f8": np.float64, "<f4": np.float32, "<f2": np.float16, "<i8": np.int64, "|b1": np.bool_}
 
@@ -44,6 +46,7 @@ class Record:
     params: dict[str, Any]
     error: str
     arrays: dict[str, np.ndarray] | None
+    reached: tuple[str, ...] = ()  # forbidden operators and objects the call reached (op_trace)
 
 
 @dataclass
@@ -116,7 +119,10 @@ def _record(entry: Any) -> Record | None:
         decoded = {k: decode_array(v) for k, v in raw_arrays.items() if isinstance(k, str)}
         if decoded and all(v is not None for v in decoded.values()):
             arrays = decoded
-    return Record(exercise, seed, params, error if isinstance(error, str) else "", arrays)
+    raw_reached, reached = entry.get("reached"), ()
+    if isinstance(raw_reached, list):
+        reached = tuple(r[:MAX_REACHED_CHARS] for r in raw_reached[:MAX_REACHED] if isinstance(r, str))
+    return Record(exercise, seed, params, error if isinstance(error, str) else "", arrays, reached)
 
 
 def _output(entry: Any) -> dict[str, Any] | None:

@@ -8,17 +8,27 @@ solution cell that reaches one of the implementations of *its own* exercise dele
 tests score 0, with a message naming the rule, and the submission is flagged. A block given
 for a later chapter stays usable there: the list is per exercise, not per notebook.
 
-The parent decides from the submitted cell sources it already holds, by static analysis, so
-the child has no say: each solution cell is parsed (never run), import aliases and simple
-assignments are followed (``import torch.nn.functional as F``, ``sdpa = F.scaled_dot_product_
-attention``, ``class M(GivenMultiHeadAttention)``, ``getattr(F, "scaled_dot_...")``), and a
-cell is charged with what it reaches and with what the other solution cells it uses reach.
+Two readings decide, and either suffices:
 
-What static analysis cannot see is flagged for review instead of scored: a name computed at
-run time (``getattr`` with a non-constant name, ``__import__``, ``importlib``, ``eval``,
-``exec``, ``compile``, ``globals()``, ``vars()``, ``sys.modules``, ``__dict__``,
-``__getattribute__``). Such a submission keeps the points its numbers earn and gets a flag,
-so an instructor can look; SECURITY.md says so.
+- at run time, in the grading child, each check's call into the learner's code is traced
+  (``attention_learner.op_trace``): the torch operators it runs at the dispatcher and the
+  Python functions it calls, by identity, so that ``torch._C._nn.scaled_dot_product_attention``,
+  ``torch.ops.aten...``, ``log_softmax(...).exp()``, ``backward()`` or a given block received
+  as a parameter are seen whatever their spelling. The child reports what each check reached
+  (``Record.reached``); :meth:`Delegation.add_trace` charges the exercise of a test cell whose
+  check reached something;
+- in the parent, from the submitted sources (parsed, never run): every cell the learner can
+  edit (solution cells and any other cell that is not a locked or test cell as the source has
+  it), with import aliases and simple assignments followed (``import torch.nn.functional as
+  F``, ``sdpa = F.scaled_dot_product_attention``, ``class M(GivenMultiHeadAttention)``,
+  ``getattr(F, "scaled_dot_...")``). An exercise is charged with what its solution cell
+  reaches, what the editable cells it uses reach, and what any other editable cell that
+  defines the exercise's name reaches.
+
+The trace runs in the learner's process, so code that could tamper with it (``delegation_
+static``: dynamic binding, ``pickle``, frames, ``sys.setprofile``, monkeypatching ...) is
+flagged ``review: ...`` wherever it appears in an editable cell: it keeps the points its
+numbers earn, and an instructor looks (SECURITY.md).
 """
 
 from __future__ import annotations
@@ -27,18 +37,32 @@ import ast
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "attention_learner.blocks.given_attention")
+from attention_learner.cell_rules import exercise_of
+from attention_learner.op_trace import delegation_message
+from grader.autograde import delegation_static as dynamic
+from grader.autograde.child_report import CellReport
+
+_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "attention_learner.blocks.given_attention",
+              "torch._C._nn.scaled_dot_product_attention", "torch.ops.aten.scaled_dot_product_attention",
+              "torch.ops.aten._scaled_dot_product*", "torch._scaled_dot_product*", "torch._fused_sdp_choice")
 _MULTI_HEAD = ("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward",
-               "attention_learner.blocks.GivenMultiHeadAttention")
+               "attention_learner.blocks.GivenMultiHeadAttention", "torch._native_multi_head_attention",
+               "torch.ops.aten._native_multi_head_attention")
 _LAYERS = ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
            "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")
 _SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.nn.Softmax", "torch.special.softmax",
-            "scipy.special.softmax", ".softmax")
-_JACOBIAN = ("torch.autograd.functional.jacobian", "torch.func.jacrev", "torch.func.jacfwd",
-             "torch.autograd.grad")
+            "scipy.special.softmax", ".softmax", "torch.log_softmax", "torch.nn.functional.log_softmax",
+            "torch.nn.LogSoftmax", "torch.special.log_softmax", "scipy.special.log_softmax", ".log_softmax",
+            "torch._softmax", "torch._log_softmax", "torch._C._nn.log_softmax", "torch._C._nn.softmax",
+            "torch.ops.aten.softmax", "torch.ops.aten._softmax", "torch.ops.aten._safe_softmax",
+            "torch.ops.aten.log_softmax", "torch.ops.aten._log_softmax", "torch._safe_softmax")
+_JACOBIAN = ("torch.autograd.functional", "torch.func.jacrev", "torch.func.jacfwd", "torch.func.vjp",
+             "torch.func.jvp", "torch.func.grad", "torch.autograd.grad", "torch.autograd.backward",
+             ".backward", "torch.autograd.forward_ad")
 
-#: exercise -> the implementations of that exercise that its solution may not reach. A name
-#: that starts with "." is a method name: any call of ``<something>.<name>`` counts.
+#: exercise -> the implementations of that exercise that its solution may not reach, by name
+#: (the run-time trace's tables are ``attention_learner.op_trace``). A name that starts with
+#: "." is a method name: any call of ``<something>.<name>`` counts; one ending in "*" is a prefix.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "softmax": _SOFTMAX,
     "attend": _ATTENTION + _MULTI_HEAD,
@@ -61,29 +85,44 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "greedy_decode_cached": _LAYERS,
 }
 
-# Names whose use hides what a cell reaches from a static reader.
-_DYNAMIC_CALLS = {"__import__", "eval", "exec", "compile", "globals", "vars", "locals"}
-_DYNAMIC_ATTRS = {"__dict__", "__getattribute__", "modules", "import_module"}
-_DYNAMIC_MODULES = ("importlib", "sys.modules", "builtins")
-
-
 @dataclass
 class Delegation:
-    """What the analysis found in one notebook's solution cells."""
+    """What was found: by name in the editable cells, by object in the test cells' checks."""
 
-    delegated: dict[str, list[str]] = field(default_factory=dict)  # exercise -> what it reached
+    named: dict[str, list[str]] = field(default_factory=dict)  # exercise -> names it reaches
     review: list[str] = field(default_factory=list)  # sentences: what could not be read
+    traced: dict[str, list[str]] = field(default_factory=dict)  # exercise -> what its calls ran
+
+    @property
+    def delegated(self) -> dict[str, list[str]]:
+        """exercise -> everything either reading charged it with."""
+        merged = {ex: list(via) for ex, via in self.named.items()}
+        for ex, via in self.traced.items():
+            merged.setdefault(ex, []).extend(v for v in via if v not in merged[ex])
+        return merged
 
     def message(self, exercise: str) -> str:
-        """Why the tests of ``exercise`` score 0, in words."""
-        reached = ", ".join(self.delegated[exercise])
-        return (f"{exercise} hands its work to {reached}, which implements this exercise; an "
-                "exercise earns points only for your own implementation (a given block or torch's "
-                "own implementation of it earns nothing here).")
+        """Why the tests of ``exercise`` score 0, in words (the local check's sentence)."""
+        return delegation_message(exercise, self.delegated[exercise])
+
+    def add_trace(self, cells: Mapping[int, CellReport], grade_id_of: Mapping[int, str]) -> None:
+        """Charge each test cell's exercise with what its checks' calls reached (the child's
+        trace); ``grade_id_of``: index -> grade id of the notebook's test cells (a check the
+        learner makes in a cell of their own charges nothing)."""
+        for index, cell in cells.items():
+            if index not in grade_id_of:
+                continue
+            exercise = exercise_of(grade_id_of[index])
+            for record in cell.records:
+                if record.reached:
+                    found = self.traced.setdefault(exercise, [])
+                    found += [r for r in record.reached if r not in found]
 
     def flags(self) -> list[str]:
-        """results.json flags: one per delegated exercise, one per unreadable construct."""
-        return ([f"delegation: {ex} uses {', '.join(via)}" for ex, via in sorted(self.delegated.items())]
+        """results.json flags: one per reading that charged an exercise, one per review."""
+        return ([f"delegation: {ex} uses {', '.join(via)}" for ex, via in sorted(self.named.items())]
+                + [f"delegation: {ex} reached {', '.join(via)} when called"
+                   for ex, via in sorted(self.traced.items())]
                 + [f"review: {why}" for why in self.review])
 
 
@@ -115,9 +154,9 @@ class _Reader(ast.NodeVisitor):
         if isinstance(node, ast.Attribute):
             base = self.qualified(node.value)
             return f"{base}.{node.attr}" if base else f"?.{node.attr}"
-        if isinstance(node, ast.Call) and _is_getattr(node) and _constant_name(node) is not None:
-            base = self.qualified(node.args[0])
-            return f"{base or '?'}.{_constant_name(node)}"
+        name = dynamic.getattr_name(node)
+        if name is not None:
+            return f"{self.qualified(node.args[0]) or '?'}.{name}"
         if isinstance(node, ast.Call):  # e.g. nn.Transformer(...).encoder: the call's target
             return self.qualified(node.func)
         return None
@@ -146,6 +185,9 @@ class _Reader(ast.NodeVisitor):
                 if target and target != t.id:
                     self.aliases[t.id] = target
                 self.define(t.id)
+            patched = dynamic.monkeypatch(t, self.qualified(t))
+            if patched:
+                self.cell.dynamic.append(patched)
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         self.define(node.name)
@@ -159,7 +201,7 @@ class _Reader(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         self.cell.uses.add(node.id)
         self.cell.reaches.add(self.aliases.get(node.id, node.id))
-        if node.id in _DYNAMIC_CALLS:
+        if node.id in dynamic.DYNAMIC_CALLS:
             self.cell.dynamic.append(f"{node.id}()")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -167,28 +209,18 @@ class _Reader(ast.NodeVisitor):
         if path:
             self.cell.reaches.add(path)
         self.cell.reaches.add(f".{node.attr}")
-        if node.attr in _DYNAMIC_ATTRS or (path and path.startswith(_DYNAMIC_MODULES)):
+        if node.attr in dynamic.DYNAMIC_ATTRS:
             self.cell.dynamic.append(path or node.attr)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if _is_getattr(node):
-            name = _constant_name(node)
-            if name is None:
-                self.cell.dynamic.append("getattr with a computed name")
-            else:
-                base = self.qualified(node.args[0])
-                self.cell.reaches.update({f"{base or '?'}.{name}", f".{name}"})
+        computed = dynamic.named_access(node)
+        if computed:
+            self.cell.dynamic.append(computed)
+        elif (name := dynamic.getattr_name(node)) is not None:
+            base = self.qualified(node.args[0])
+            self.cell.reaches.update({f"{base or '?'}.{name}", f".{name}"})
         self.generic_visit(node)
-
-
-def _is_getattr(node: ast.Call) -> bool:
-    return isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2
-
-
-def _constant_name(node: ast.Call) -> str | None:
-    arg = node.args[1]
-    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
 
 
 def _matches(reached: Iterable[str], forbidden: tuple[str, ...]) -> list[str]:
@@ -197,6 +229,8 @@ def _matches(reached: Iterable[str], forbidden: tuple[str, ...]) -> list[str]:
     for name in forbidden:
         if name.startswith("."):
             hit = name in reached
+        elif name.endswith("*"):
+            hit = any(path.startswith(name[:-1]) for path in reached)
         else:
             hit = any(path == name or path.startswith(name + ".") for path in reached)
         if hit:
@@ -205,43 +239,49 @@ def _matches(reached: Iterable[str], forbidden: tuple[str, ...]) -> list[str]:
 
 
 def analyse(solutions: Mapping[str, str], given: Iterable[str] = (),
-            forbidden: Mapping[str, tuple[str, ...]] = FORBIDDEN) -> Delegation:
-    """Read the solution cells ``solutions`` (grade id -> source) of one notebook, in order.
+            forbidden: Mapping[str, tuple[str, ...]] = FORBIDDEN,
+            editable: Mapping[str, str] | None = None) -> Delegation:
+    """Read the solution cells ``solutions`` (grade id -> source) of one notebook, in order,
+    and its other ``editable`` cells (a label such as "added cell 7" -> source).
 
     ``given`` are the sources of the notebook's locked cells (its setup cells, as the source
     has them): their imports define aliases, and what they import is given, not delegated.
+    An exercise is charged with what its solution cell, and any editable cell that defines its
+    name, reach, with the cells they use.
     """
     aliases: dict[str, str] = {}
     for source in given:
         try:
             _Reader(aliases, _Cell("given")).visit(ast.parse(_without_magics(source)))
-        except SyntaxError:
+        except (SyntaxError, RecursionError, ValueError):
             continue
     cells: dict[str, _Cell] = {}
     result = Delegation()
-    for grade_id, source in solutions.items():
-        cell = _Cell(grade_id)
+    for label, source in [*solutions.items(), *(editable or {}).items()]:
+        cell = _Cell(label)
         try:
             _Reader(aliases, cell).visit(ast.parse(_without_magics(source)))
-        except SyntaxError:
+        except (SyntaxError, RecursionError, ValueError):
             continue  # the cell fails when it runs; nothing to read here
-        cells[grade_id] = cell
-        result.review += [f"{grade_id} uses {why}, which static analysis cannot follow"
+        cells[label] = cell
+        cell.dynamic += dynamic.dynamic_paths(cell.reaches)
+        result.review += [f"{label} uses {why}, which static analysis cannot follow"
                           for why in dict.fromkeys(cell.dynamic)]
-    for exercise, cell in cells.items():
-        if exercise not in forbidden:
-            continue
+    for exercise, names in forbidden.items():
+        starts = [c for c in cells.values() if c.name == exercise and c.name in solutions
+                  or exercise in c.defines]
         reached: set[str] = set()
-        for other in _used_cells(cell, cells):
-            reached |= other.reaches
-        found = _matches(reached, forbidden[exercise])
+        for start in starts:
+            for other in _used_cells(start, cells):
+                reached |= other.reaches
+        found = _matches(reached, names)
         if found:
-            result.delegated[exercise] = found
+            result.named[exercise] = found
     return result
 
 
 def _used_cells(start: _Cell, cells: dict[str, _Cell]) -> list[_Cell]:
-    """``start`` and every solution cell whose top-level names it uses, transitively."""
+    """``start`` and every editable cell whose top-level names it uses, transitively."""
     seen, todo = {start.name}, [start]
     order = []
     while todo:

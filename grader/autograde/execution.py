@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from attention_learner import recording
-from grader.autograde.child_report import MAX_RECORD_ELEMENTS, encode_arrays, write_line
+from grader.autograde.child_report import (
+    MAX_REACHED,
+    MAX_REACHED_CHARS,
+    MAX_RECORD_ELEMENTS,
+    encode_arrays,
+    write_line,
+)
 from grader.autograde.confine import address_space
 
 MAX_STREAM_CHARS = 20_000  # per cell and stream; more is cut with a note
@@ -216,7 +222,8 @@ def _bounded(output: dict) -> dict:
 
 def _encode_record(rec: Any) -> dict:
     entry = {"exercise": rec.exercise, "seed": rec.seed, "params": _jsonable_params(rec.params),
-             "error": str(rec.error)[:MAX_ERROR_CHARS], "arrays": None}
+             "error": str(rec.error)[:MAX_ERROR_CHARS], "arrays": None,
+             "reached": [str(r)[:MAX_REACHED_CHARS] for r in getattr(rec, "reached", ())[:MAX_REACHED]]}
     if rec.outputs is not None:
         try:
             arrays = {key: np.asarray(v) for key, v in rec.outputs.items()}

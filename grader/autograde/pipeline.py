@@ -236,7 +236,7 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
         if status is not Status.GRADED:
             result.status = status if result.status is Status.GRADED else result.status
             messages.append(f"{job.notebook}.ipynb: {message}")
-        delegation = delegation_of(job.sanitized.nb, src.notebooks[job.notebook])
+        delegation = delegation_of(job.sanitized.nb, src.notebooks[job.notebook], report)
         result.flags += delegation.flags()
         expected = src.expected.get(job.notebook, {})
         result.tests += score_notebook(job.notebook, job.sanitized.nb, report, expected,

@@ -75,13 +75,26 @@ def memory_budgets(cells: dict[int, NotebookNode],
     return budgets
 
 
-def delegation_of(submitted: NotebookNode, source: NotebookNode) -> Delegation:
-    """What the submission's solution cells hand to an implementation of their own exercise
-    (``delegation.py``), read against the source's locked cells."""
+def delegation_of(submitted: NotebookNode, source: NotebookNode,
+                  report: dict[int, CellReport] | None = None) -> Delegation:
+    """What the submission's editable cells hand to an implementation of their own exercise
+    (``delegation.py``), read against the source's locked cells; with the child's ``report``,
+    also what its test cells' checks reached at run time. Editable: the solution cells and
+    every other code cell but a copy of one of the source's locked or test cells."""
     solutions = {c.metadata.nbgrader["grade_id"]: c.source for c in submitted.cells
                  if c.cell_type == "code" and nbgrader_meta(c).get("solution")}
     given = [c.source for c in source.cells if c.cell_type == "code" and not nbgrader_meta(c).get("solution")]
-    return analyse(solutions, given)
+    locked = {nbgrader_meta(c).get("grade_id"): c.source for c in source.cells
+              if c.cell_type == "code" and not nbgrader_meta(c).get("solution")}
+    editable = {f"added cell {i}": c.source for i, c in enumerate(submitted.cells)
+                if c.cell_type == "code" and not nbgrader_meta(c).get("solution")
+                and locked.get(nbgrader_meta(c).get("grade_id"), None) != c.source}
+    delegation = analyse(solutions, given, editable=editable)
+    if report is not None:
+        tests = {i: c.metadata.nbgrader["grade_id"] for i, c in enumerate(submitted.cells)
+                 if c.cell_type == "code" and is_test_cell(c)}
+        delegation.add_trace(report, tests)
+    return delegation
 
 
 def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport],

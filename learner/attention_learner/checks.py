@@ -36,6 +36,7 @@ import numpy as np
 
 from attention_learner import expected as shipped_data
 from attention_learner.cases import get_case
+from attention_learner.op_trace import call_traced, delegation_message
 from attention_learner.recording import CLOSE_CHECK, CheckRecord, drawn_seed, is_recording, record
 from attention_learner.spec import Arrays, Case, Inputs, to_numpy
 
@@ -59,8 +60,8 @@ def run_check(case: Case, learner: Any, seed: int, params: dict[str, Any],
     grader), call the learner's code, then record the raw outputs for the grader's parent
     (under the grader) or decide here with ``judge`` (inputs, outputs) -> "" or the message."""
     inputs = case.make_inputs(np.random.default_rng(drawn_seed(case.name, seed, params)), **params)
-    got, error, warned = run_learner(case, learner, inputs)
-    recorded = record(CheckRecord(case.name, seed, dict(params), got, error))
+    got, error, warned, reached = run_learner(case, learner, inputs)
+    recorded = record(CheckRecord(case.name, seed, dict(params), got, error, tuple(reached)))
     if error:
         raise AssertionError(error + warned)
     if recorded:
@@ -72,18 +73,20 @@ def run_check(case: Case, learner: Any, seed: int, params: dict[str, Any],
     _tally.passed += 1
 
 
-def run_learner(case: Case, learner: Any, inputs: Inputs) -> tuple[Arrays | None, str, str]:
-    """Call the learner's code on a copy of ``inputs``.
+def run_learner(case: Case, learner: Any, inputs: Inputs) -> tuple[Arrays | None, str, str, list[str]]:
+    """Call the learner's code on a copy of ``inputs``, traced (:mod:`attention_learner.op_trace`).
 
-    Returns (outputs or None, error message or "", a note on the first warning or "").
+    Returns (outputs or None, error message or "", a note on the first warning or "", what the
+    call reached that its exercise forbids: then the outputs are None and the error says why).
     Warnings are caught so that they never reach stderr.
     """
     name = case.function
     copies = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    reached: list[str] = []
     with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
         warnings.simplefilter("always")
         try:
-            raw = case.call(learner, copies)
+            raw, reached = call_traced(case.function, lambda: case.call(learner, copies))
             outputs = {k: to_numpy(v) for k, v in raw.items()}
         except NotImplementedError:
             outputs, error = None, f"{name} is not implemented yet (it raises NotImplementedError)."
@@ -98,11 +101,12 @@ def run_learner(case: Case, learner: Any, inputs: Inputs) -> tuple[Arrays | None
                 )
             error += input_summary(inputs)
         else:
-            error = ""
+            error = delegation_message(case.function, reached) if reached else ""
+            outputs = None if reached else outputs
     warned = ""
     if caught:
         warned = f"\n(Your code also warned: {caught[0].category.__name__}: {caught[0].message})"
-    return outputs, error, warned
+    return outputs, error, warned, reached
 
 
 def judge_here(case: Case, seed: int, params: dict[str, Any], inputs: Inputs, got: Arrays) -> str:

@@ -26,6 +26,7 @@ class CheckRecord:
     params: dict[str, Any]
     outputs: dict[str, np.ndarray] | None  # None when the learner's code raised
     error: str = ""
+    reached: tuple[str, ...] = ()  # what the call reached that the exercise forbids (op_trace)
 
 
 @dataclass
