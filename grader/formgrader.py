@@ -10,8 +10,11 @@ with that token, as Jupyter prints its own, and runs until Ctrl-C (or SIGTERM).
 "Manage Assignments" lists OUT/source/ with the gradebook's due dates, and "Manual Grading"
 every autograded submission; grades given there go into the gradebook, and "Generate
 Feedback" rewrites OUT/feedback/ with nbgrader's pages (hidden tests' code left out, see
-course_dir.FEEDBACK_PREPROCESSORS). OUT has no ``submitted/`` folder, so formgrader's
-"autograde" button has nothing to run: grading stays with ``python -m grader autograde``.
+course_dir.FEEDBACK_PREPROCESSORS). OUT has no ``submitted/`` folder, and the server
+(``grader/formgrader_server.py``) has no autograde route: grading stays with
+``python -m grader autograde``. That server offers nothing but formgrader's grading pages and
+API, under a strict Content-Security-Policy, and the notebooks it shows were written as data
+(``autograde/inert_notebook.py``): no script a student wrote runs in the instructor's browser.
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ def free_port() -> int:
 
 
 def server_command(out: Path, port: int) -> list[str]:
-    """``jupyter server`` in OUT on loopback, with nbgrader's formgrader loaded."""
-    return [sys.executable, "-m", "jupyter_server", f"--ServerApp.root_dir={out}",
+    """The Jupyter server of ``grader/formgrader_server.py`` in OUT, on loopback: nbgrader's
+    formgrader with the routes manual grading needs, no other service, a strict CSP."""
+    return [sys.executable, "-m", "grader.formgrader_server", f"--ServerApp.root_dir={out}",
             f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
             "--ServerApp.open_browser=False", "--ServerApp.allow_remote_access=False",
-            "--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True",
+            "--ServerApp.default_url=/formgrader", "--ServerApp.terminals_enabled=False",
             # as root (a container), Jupyter asks for this; loopback and the token still hold
             *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])]
 
@@ -65,8 +69,10 @@ def start(out: Path, port: int = 0) -> tuple[subprocess.Popen, str, str]:
     env = dict(os.environ, JUPYTER_TOKEN=token)
     # the scripts nbgrader runs by name (alembic) are beside this interpreter
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    # what it writes (gradebook journal, regenerated feedback) is as private as OUT itself
+    umask = 0o027 if out.stat().st_mode & 0o050 == 0o050 else 0o077
     process = subprocess.Popen(server_command(out, port), cwd=out, env=env, stdin=subprocess.DEVNULL,
-                               start_new_session=True)  # fmt: skip
+                               start_new_session=True, umask=umask)  # fmt: skip
     base = f"http://{HOST}:{port}"
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
