@@ -10,8 +10,10 @@ in them (see SECURITY.md for the threat model):
 - :func:`drop_privileges`: another identity: as root, uid/gid 65534 (nobody) with no
   capabilities; as an ordinary user, a user namespace in which it keeps its uid but holds no
   capability; ``no_new_privs`` in both;
-- :func:`set_limits`: limits whose hard value equals the soft one. Where no cgroup counts the
-  job's memory (``cgroups``), ``seccomp`` refuses the calls that hold memory no limit counts.
+- :func:`set_limits`: limits whose hard value equals the soft one. ``seccomp`` then refuses,
+  in every mode, the calls that reach state shared across jobs (keyrings, other processes,
+  new namespaces) and, where no cgroup counts the job's memory (``cgroups``), those that
+  hold memory no limit counts.
 
 Also here: the libc calls the other confinement modules share (:func:`call`, :data:`libc`),
 the parent-death signal and the subreaper. Linux only; Python 3.11 has no ``os.unshare``, so
