@@ -724,6 +724,10 @@ def _broken_class(submitted: Path) -> Path:
             del cell.metadata["nbgrader"]  # pasted into a new cell: the grade id is gone
     (submitted / "nocell" / CH3).mkdir(parents=True)
     nbformat.write(nb, submitted / "nocell" / CH3 / f"{CH3}.ipynb")
+    nb = _notebook(CH3, SDPA, None)
+    nb.cells = [c for c in nb.cells if nbgrader_metadata(c).get("grade_id") != SDPA]  # deleted
+    (submitted / "deleted" / CH3).mkdir(parents=True)
+    nbformat.write(nb, submitted / "deleted" / CH3 / f"{CH3}.ipynb")
     nb = _notebook(CH3, SDPA, COURSE)
     for cell in nb.cells:
         if nbgrader_metadata(cell).get("grade_id") == SDPA:
@@ -744,8 +748,10 @@ def _broken_class(submitted: Path) -> Path:
 
 
 def test_broken_notebooks_are_listed_as_not_compared(tmp_path):
-    """Not JSON, no cell with the grade id, a markdown cell, a cell that does not parse, no
-    notebook: each is listed with why; the others are compared as usual; exit status 0."""
+    """Not JSON, no cell with the grade id and no code of the learner's elsewhere, a markdown
+    cell, a cell that does not parse, no notebook: each is listed with why; the others are
+    compared as usual; exit status 0. A cell that lost its grade id is an added cell: it is
+    compared (with a note), not lost."""
     submitted = _broken_class(tmp_path / "submitted")
     done = subprocess.run([sys.executable, "-m", "grader", "similarity", str(submitted), "--out",
                            str(tmp_path / "report")], cwd=ROOT, capture_output=True, text=True)
@@ -755,7 +761,9 @@ def test_broken_notebooks_are_listed_as_not_compared(tmp_path):
     why = {(s.student, s.exercise): s.why for s in report.skipped}
     assert "is not valid notebook JSON" in why[("notjson", SDPA)]
     assert "is not valid notebook JSON" in why[("notjson", "softmax_jacobian")]
-    assert why[("nocell", SDPA)] == f"no cell has the grade id {SDPA!r}"
+    assert why[("deleted", SDPA)] == f"no cell has the grade id {SDPA!r}"
+    notes = {(s.student, s.exercise): s.why for s in report.notes}
+    assert notes[("nocell", SDPA)].startswith(f"no cell has the grade id {SDPA!r}: the other cells")
     assert "markdown cell, not code" in why[("markdown", SDPA)]
     assert why[("syntax", SDPA)].startswith("the cell does not parse: ")
     assert why[("syntax", SDPA)].endswith("(line 2)")
@@ -764,10 +772,13 @@ def test_broken_notebooks_are_listed_as_not_compared(tmp_path):
     assert "not UTF-8" in why[(os.fsdecode(b"\xff\xfebob"), ALL_EXERCISES)]
     assert ("nocell", "softmax_jacobian") not in why  # the rest of that notebook is compared
     compared = {e.student for e in _result(report).entries}
-    assert compared == {"alice", "bob", "carol", "renamed_file"}
-    assert scores(report) == {("alice", "bob"): 1.0}
+    assert compared == {"alice", "bob", "carol", "renamed_file", "nocell"}
+    found = scores(report)
+    assert set(found) == {("alice", "bob"), ("alice", "nocell"), ("bob", "nocell")}
+    assert found[("alice", "bob")] == 1.0 and min(found.values()) > 0.9
     page = (tmp_path / "report" / "similarity.html").read_text(encoding="utf-8")
-    for text in ["no cell has the grade id", "does not parse", "is not valid notebook JSON", r"\xff\xfebob"]:
+    for text in ["no cell has the grade id", "does not parse", "is not valid notebook JSON", r"\xff\xfebob",
+                 "the other cells the learner could edit were compared"]:
         assert text in page
 
 

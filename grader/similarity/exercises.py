@@ -7,6 +7,11 @@ notebook's code: every code cell that is not a solution, as it stands (the setup
 its imports, the install cell, the tests), and every solution cell with each
 ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` block replaced by nbgrader's stub (a cell
 without the markers is all stub). Its k-grams are never credited to a submission.
+
+Which cells of a submission the learner could edit is decided here too, from the source:
+the grade ids of the source's locked cells (those nbgrader's autograde overwrites with the
+source's text) and of its solution cells. ``submitted`` reads a submission with them, never
+with what the submitted cells' own metadata claims.
 """
 
 from __future__ import annotations
@@ -19,16 +24,14 @@ from pathlib import Path
 from nbformat import NotebookNode
 
 from grader.autograde.notebook_file import InvalidNotebook, read_notebook
-from grader.similarity.normalise import Tokens, bound_names, import_aliases, normalise, parse_cell
+from grader.similarity.guards import NotCompared
+from grader.similarity.normalise import bound_names, import_aliases, normalise, parse_cell
 from grader.similarity.winnowing import all_hashes
 
 # nbgrader's ClearSolutions: the markers, and the code stub it writes for Python
 BEGIN = re.compile(r"^([ \t]*)#+\s*BEGIN SOLUTION\b.*$")
 END = re.compile(r"^[ \t]*#+\s*END SOLUTION\b.*$")
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
-# a solution cell is a few dozen lines; one a hundred times longer is not compared (its cost
-# would be the report's)
-MAX_CELL_CHARACTERS = 200_000
 
 
 def nbgrader_metadata(cell: NotebookNode) -> dict:
@@ -40,6 +43,20 @@ def is_solution_cell(cell: NotebookNode) -> bool:
     meta = nbgrader_metadata(cell)
     return cell.get("cell_type") == "code" and bool(meta.get("solution")) and isinstance(
         meta.get("grade_id"), str)
+
+
+def is_locked_cell(cell: NotebookNode) -> bool:
+    """nbgrader's rule (``utils.is_locked``), for a SOURCE cell: a solution cell never is, a
+    graded cell that is not a solution (a test) always is, any other as its ``locked`` says."""
+    meta = nbgrader_metadata(cell)
+    if not meta or meta.get("solution"):
+        return False
+    return bool(meta.get("grade")) or bool(meta.get("locked"))
+
+
+def top_level_definitions(tree: ast.Module) -> set[str]:
+    """The functions and classes a cell defines at its top level."""
+    return {s.name for s in tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
 
 
 def released(source: str) -> str:
@@ -74,6 +91,11 @@ class Exercise:
     label: str
     given_aliases: dict[str, str]  # the source's imports, usable without importing them
     given_hashes: set[int]  # every k-gram of what the learner was given
+    # decided by the source notebook, by grade id, for reading a submission of it
+    locked_ids: frozenset[str] = frozenset()  # cells nbgrader overwrites: never the learner's code
+    solution_ids: frozenset[str] = frozenset()  # every exercise's cell in this notebook
+    answer_names: frozenset[str] = frozenset()  # what only this exercise's source cell defines
+    given_texts: frozenset[str] = frozenset()  # the source's other code cells, stripped: no added code
 
 
 @dataclass
@@ -124,54 +146,32 @@ def _exercises(assignment: str, notebook: str, nb: NotebookNode) -> list[Exercis
     for tree in trees:
         if tree is not None:
             given |= all_hashes(normalise(tree, aliases)) | all_hashes(normalise(tree, aliases, together))
-    seen: set[str] = set()
-    exercises = []
+    locked = frozenset(g for c in nb.cells if is_locked_cell(c)
+                       and isinstance(g := nbgrader_metadata(c).get("grade_id"), str))
+    defines: dict[str, set[str]] = {}  # grade id -> what its source cell defines
     for cell in code:
-        if is_solution_cell(cell) and (grade_id := nbgrader_metadata(cell)["grade_id"]) not in seen:
-            seen.add(grade_id)
-            exercises.append(Exercise(assignment, notebook, grade_id,
-                                      exercise_label(assignment, notebook, grade_id), aliases, given))
+        if is_solution_cell(cell):
+            original = _parsed(cell.source)  # the solution itself, not the stub
+            defines.setdefault(nbgrader_metadata(cell)["grade_id"], set()).update(
+                top_level_definitions(original) if original is not None else set())
+    given_texts = frozenset(c.source.strip() for c in code if not is_solution_cell(c))
+    exercises = []
+    for grade_id, names in defines.items():
+        others = set().union(*(n for g, n in defines.items() if g != grade_id))
+        label = exercise_label(assignment, notebook, grade_id)
+        exercises.append(Exercise(assignment, notebook, grade_id, label, aliases, given, locked,
+                                  frozenset(defines), frozenset(names - others), given_texts))
     return exercises
 
 
-class NotCompared(Exception):
-    """Why one submitted cell cannot be compared (the report lists it)."""
-
-
-def submitted_cell(nb: NotebookNode, grade_id: str) -> NotebookNode:
-    """The submitted code cell carrying ``grade_id`` (the first, if a learner duplicated it)."""
-    for cell in nb.cells:
-        if nbgrader_metadata(cell).get("grade_id") == grade_id:
-            if cell.get("cell_type") != "code":
-                raise NotCompared(f"the cell {grade_id!r} is a {cell.get('cell_type')} cell, not code")
-            return cell
-    raise NotCompared(f"no cell has the grade id {grade_id!r}")
-
-
-def cell_tokens(cell: NotebookNode, exercise: Exercise) -> Tokens:
-    source = cell.get("source", "")
-    if not isinstance(source, str):
-        raise NotCompared("the cell has no text")
-    if len(source) > MAX_CELL_CHARACTERS:
-        raise NotCompared(f"the cell has {len(source):,} characters, over the "
-                          f"{MAX_CELL_CHARACTERS:,} compared")
-    try:
-        tree = parse_cell(source)
-    except SyntaxError as exc:
-        raise NotCompared(f"the cell does not parse: {exc.msg} (line {exc.lineno})") from None
-    except ValueError as exc:  # a null byte in the source
-        raise NotCompared(f"the cell does not parse: {exc}") from None
-    except (RecursionError, MemoryError):
-        raise NotCompared("the cell is nested too deeply to be parsed") from None
-    try:
-        return normalise(tree, exercise.given_aliases)
-    except RecursionError:
-        raise NotCompared("the cell is nested too deeply to be compared") from None
-
-
 def open_notebook(path: Path) -> NotebookNode:
-    """The notebook, or NotCompared saying why it cannot be read."""
+    """The notebook, or NotCompared saying why it cannot be read (JSON nested deeper than
+    the parser follows included: one such notebook is listed, it does not end the report)."""
     try:
         return read_notebook(path)
     except InvalidNotebook as exc:
         raise NotCompared(str(exc)) from None
+    except RecursionError:
+        raise NotCompared(f"{path.name} is nested too deeply to be read as JSON") from None
+    except MemoryError:
+        raise NotCompared(f"{path.name} is too large to be read") from None

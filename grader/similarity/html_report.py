@@ -145,10 +145,23 @@ def _exercise(result: ExerciseResult, threshold: float) -> str:
 def _skipped(report: Report) -> str:
     if not report.skipped:
         return '<p class="muted">Every submitted cell was compared.</p>'
+    return _table(report.skipped, "why")
+
+
+def _table(skips: list, last: str) -> str:
     rows = "".join(f'<tr><td>{_e(s.assignment)}</td><td>{_e(s.exercise)}</td>'
-                   f'<td class="id">{_e(s.student)}</td><td>{_e(s.why)}</td></tr>' for s in report.skipped)
+                   f'<td class="id">{_e(s.student)}</td><td>{_e(s.why)}</td></tr>' for s in skips)
     return ('<div class="scroll"><table class="list"><thead><tr><th>assignment</th><th>exercise</th>'
-            f"<th>student</th><th>why</th></tr></thead><tbody>{rows}</tbody></table></div>")
+            f"<th>student</th><th>{last}</th></tr></thead><tbody>{rows}</tbody></table></div>")
+
+
+def _notes(report: Report) -> str:
+    if not report.notes:
+        return ""
+    return ('<section id="notes"><h2>Compared in part</h2><p class="muted">Compared, but not '
+            "as handed in: the exercise's cell was missing (the learner's other cells were read), "
+            "or cells were left out by the report's limits. Each is worth a look.</p>"
+            + _table(report.notes, "note") + "</section>")
 
 
 def render(report: Report) -> str:
@@ -159,8 +172,9 @@ def render(report: Report) -> str:
     body = [
         "<header><h1>Similarity of submitted code</h1>",
         '<p class="verdict"><strong>Evidence, not a verdict.</strong> A score says how much of two '
-        "solution cells is the same code once names, comments, prints, literals and layout are set "
-        "aside, counting code that few submissions share more than code that many do, and leaving "
+        "submissions' code for an exercise (its cell, and any cell the learner added) is the same "
+        "once names, comments, prints, dead expressions, literals and layout are set aside, counting "
+        "code that few submissions share more than code that many do, and leaving "
         "out everything the notebook gave the learner. It does not say who wrote what, or that "
         "anybody copied: short exercises, a common textbook idiom or a shared study group can make "
         "honest work alike. Read both cells, and talk with the students, before drawing any "
@@ -176,7 +190,7 @@ def render(report: Report) -> str:
         f"<dt>time</dt><dd>{report.seconds:.1f} s</dd>",
         "</dl>",
         f"<nav><h2>Exercises</h2><ul>{contents}</ul></nav></header><main>",
-        '<section id="not-compared"><h2>Not compared</h2>', _skipped(report), "</section>",
+        '<section id="not-compared"><h2>Not compared</h2>', _skipped(report), "</section>", _notes(report),
         *(_exercise(r, report.threshold) for r in report.results),
         "</main>",
     ]

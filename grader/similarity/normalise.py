@@ -11,14 +11,19 @@ without changing what the code does is left out or made uniform:
   module's dotted path (``np.exp``, ``numpy.exp`` and ``from numpy import exp; exp`` are all
   ``numpy.exp``), the source's own imports (its setup cell) count as the cell's; builtins
   and given building blocks keep their names;
-- docstrings and other bare strings, bare names, ``pass``, ``print(...)`` statements and
-  imports are dropped; comments, blank lines and layout never reach the AST;
+- dead expressions are dropped: an expression statement whose value nobody uses and that
+  changes nothing, that is, one that holds no call other than to a known pure function
+  (:data:`PURE_FUNCTIONS`, :data:`PURE_METHODS`; ``print`` and ``display`` among them,
+  whose output changes no computation) and no ``yield``, ``await`` or ``:=``: docstrings,
+  bare names, ``Q.shape``, ``np.shape(Q)``, ``len(x)``, ``print(...)``; so are ``pass``
+  and imports; comments, blank lines and layout never reach the AST;
 - numbers become ``NUM`` and strings (f-strings too) ``STR``; ``True``, ``False`` and
   ``None`` stay (they choose behaviour);
 - ``x += y`` reads as ``x = x + y``, keyword arguments are sorted by name, annotations
   are dropped;
 - order that does not matter does not show: consecutive assignments are read in a
-  canonical order (each after those it depends on, otherwise by its tokens), and
+  canonical order (each after those it depends on, otherwise by its tokens; ``ordering``,
+  linear in their size), and
   definitions (functions, classes, methods) after the other statements of their block, in
   the order of their tokens;
 - a helper (a function defined at the top of the cell and called by another of its
@@ -32,18 +37,44 @@ Operators, attributes (``.shape``, ``.sum``) and keyword names stay: they are wh
 does; only an attribute the cell itself assigns (``self.W_q = ...``) or a method it defines is
 the cell's own name, and ``V`` like the others. Each token carries the cell line it came
 from, so that matches can be shown.
+
+Reading is linear in the cell's size (each node is visited once, each assignment's names
+are filed once), and it counts its steps on a :class:`~grader.similarity.guards.Budget`, so
+that one submission cannot hold the report for longer than the budget allows.
 """
 
 from __future__ import annotations
 
 import ast
-import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from grader.autograde.delegation import _without_magics
+from grader.similarity.guards import Budget
+from grader.similarity.ordering import canonical_order
 
 LOCAL = "V"
+# calls an unused value of which changes nothing a grader checks (builtins and NumPy's
+# introspection and reductions; print and display only show): dropped as dead expressions
+PURE_FUNCTIONS = frozenset({
+    "print", "display", "len", "type", "id", "repr", "str", "format", "isinstance", "abs", "min",
+    "max", "sum", "round", "sorted", "list", "tuple", "dict", "set", "int", "float", "bool",
+    "numpy.shape", "numpy.ndim", "numpy.size", "numpy.sum", "numpy.mean", "numpy.max", "numpy.min",
+    "numpy.abs", "numpy.isclose", "numpy.allclose", "numpy.array_equal", "numpy.isfinite",
+    "math.sqrt", "math.exp", "math.log", "math.isclose", "torch.numel", "torch.is_tensor",
+})
+# methods likewise, on any value (unless the cell defines a method or attribute of that name)
+PURE_METHODS = frozenset({
+    "sum", "mean", "max", "min", "std", "var", "item", "tolist", "size", "dim", "numel", "any",
+    "all", "copy", "clone", "detach", "numpy", "cpu", "reshape", "view", "transpose", "astype",
+    "argmax", "argmin", "round", "abs", "isclose", "allclose", "equal", "format", "keys", "values",
+    "items", "get",
+})
+_EFFECTS = (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)
+
+
+def without_magics(source: str) -> str:
+    """Cell source with IPython's ``%`` and ``!`` lines blanked (not Python; line numbers kept)."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
 @dataclass(frozen=True)
@@ -56,7 +87,7 @@ class Tokens:
 
 def parse_cell(source: str) -> ast.Module:
     """The cell's AST; raises SyntaxError (with the cell line) when it is not Python."""
-    return ast.parse(_without_magics(source))
+    return ast.parse(without_magics(source))
 
 
 def import_aliases(nodes: Iterable[ast.AST]) -> dict[str, str]:
@@ -111,19 +142,6 @@ def own_attributes(nodes: Iterable[ast.AST]) -> set[str]:
     return names
 
 
-def _is_noise(statement: ast.stmt) -> bool:
-    """A statement that does nothing a grader or a reader of the algorithm cares about."""
-    if isinstance(statement, ast.Pass | ast.Import | ast.ImportFrom | ast.Global | ast.Nonlocal):
-        return True
-    if isinstance(statement, ast.Expr):
-        value = statement.value
-        if isinstance(value, ast.Constant | ast.Name | ast.Attribute | ast.JoinedStr):
-            return True  # a docstring, a bare string or a name shown by the notebook
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "print":
-            return True
-    return False
-
-
 def helpers(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     """The cell's helpers: top-level functions (defined once) that another of its top-level
     functions or classes calls. A call from top-level code (a test pasted into the cell, a
@@ -162,9 +180,6 @@ def _own_calls(statement: ast.stmt, names: dict[str, ast.FunctionDef]) -> list[a
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
                     calls.append(node)
     return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
-
-
-MAX_REORDERED = 100  # a longer run of assignments is read in its own order
 
 
 def _dotted_name(node: ast.AST) -> str | None:
@@ -209,20 +224,11 @@ def _effects(statement: ast.stmt) -> tuple[set[str], set[str]]:
     return writes, reads
 
 
-def _overlap(a: set[str], b: set[str]) -> bool:
-    return any(x == y or x.startswith(y + ".") or y.startswith(x + ".") for x in a for y in b)
-
-
-def _conflict(first: tuple[set[str], set[str]], second: tuple[set[str], set[str]]) -> bool:
-    """Whether swapping two assignments could change what they do."""
-    (w1, r1), (w2, r2) = first, second
-    return _overlap(w1, r2) or _overlap(r1, w2) or _overlap(w1, w2)
-
-
 class _Emitter:
     def __init__(self, local: set[str], attributes: set[str], aliases: dict[str, str],
-                 inline: dict[str, ast.FunctionDef]) -> None:
+                 inline: dict[str, ast.FunctionDef], budget: Budget | None = None) -> None:
         self.local, self.attributes, self.aliases, self.inline = local, attributes, aliases, inline
+        self.budget = budget
         self.tokens: list[str] = []
         self.lines: list[int] = []
         self.line = 1
@@ -251,11 +257,40 @@ class _Emitter:
             return None
         return ".".join([self.name(node.id), *reversed(attributes)])
 
+    def is_noise(self, statement: ast.stmt) -> bool:
+        """A statement that does nothing a grader or a reader of the algorithm cares about:
+        ``pass``, an import, ``global``, or a dead expression."""
+        if isinstance(statement, ast.Pass | ast.Import | ast.ImportFrom | ast.Global | ast.Nonlocal):
+            return True
+        return isinstance(statement, ast.Expr) and self.is_pure(statement.value)
+
+    def is_pure(self, value: ast.expr) -> bool:
+        """Whether evaluating ``value`` and dropping it changes nothing: no call but to
+        :data:`PURE_FUNCTIONS` or :data:`PURE_METHODS`, no yield, await or assignment."""
+        for node in ast.walk(value):
+            if isinstance(node, _EFFECTS):
+                return False
+            if isinstance(node, ast.Call) and not self.pure_callee(node.func):
+                return False
+        return True
+
+    def pure_callee(self, func: ast.expr) -> bool:
+        if isinstance(func, ast.Name):
+            return func.id not in self.local and self.aliases.get(func.id, func.id) in PURE_FUNCTIONS
+        if not isinstance(func, ast.Attribute):
+            return False
+        if func.attr in self.attributes:  # the cell's own method
+            return False
+        if func.attr in PURE_METHODS:
+            return True
+        dotted = self.dotted(func)  # a module's function: numpy.shape
+        return dotted is not None and not dotted.startswith(LOCAL + ".") and dotted in PURE_FUNCTIONS
+
     def body(self, statements: list[ast.stmt]) -> None:
         definitions = []
         run: list[ast.stmt] = []  # consecutive assignments, read in their canonical order
         for statement in statements:
-            if _is_noise(statement):
+            if self.is_noise(statement):
                 continue
             if isinstance(statement, ast.FunctionDef) and self.inline.get(statement.name) is statement:
                 continue  # read where it is called
@@ -278,28 +313,7 @@ class _Emitter:
         depends on (or that depends on it) that came before it, and otherwise the one whose
         tokens sort first; any order the learner could have written them in reads the same."""
         read = [self.captured(statement) for statement in run]
-        if len(run) > MAX_REORDERED:
-            order = list(range(len(run)))
-        else:
-            effects = [_effects(statement) for statement in run]
-            waits = [0] * len(run)  # assignments before it that it must stay after
-            unblocks: list[list[int]] = [[] for _ in run]
-            for j in range(len(run)):
-                for i in range(j):
-                    if _conflict(effects[i], effects[j]):
-                        waits[j] += 1
-                        unblocks[i].append(j)
-            ready = [(read[j], j) for j in range(len(run)) if not waits[j]]
-            heapq.heapify(ready)
-            order = []
-            while ready:
-                _, first = heapq.heappop(ready)
-                order.append(first)
-                for j in unblocks[first]:
-                    waits[j] -= 1
-                    if not waits[j]:
-                        heapq.heappush(ready, (read[j], j))
-        for j in order:
+        for j in canonical_order([_effects(statement) for statement in run], read, self.budget):
             self.tokens += read[j][0]
             self.lines += read[j][1]
 
@@ -334,7 +348,7 @@ class _Emitter:
                 self.emit(LOCAL)
                 self.visit(arg)
                 self.line = outer
-        statements = [s for s in helper.body if not _is_noise(s)]
+        statements = [s for s in helper.body if not self.is_noise(s)]
         last = statements[-1] if statements else None
         returns = [n for n in ast.walk(helper) if isinstance(n, ast.Return)]
         if isinstance(last, ast.Return) and last.value is not None and returns == [last]:
@@ -344,6 +358,8 @@ class _Emitter:
             self.body(statements)
 
     def visit(self, node: ast.AST) -> None:
+        if self.budget is not None:
+            self.budget.step()
         line = getattr(node, "lineno", None)
         outer = self.line
         if line is not None:
@@ -458,17 +474,18 @@ class _Emitter:
 
 
 def normalise(tree: ast.Module, given_aliases: dict[str, str] | None = None,
-              also_local: set[str] = frozenset()) -> Tokens:
+              also_local: set[str] = frozenset(), budget: Budget | None = None) -> Tokens:
     """``tree`` (a cell, see :func:`parse_cell`) as normalised tokens.
 
     ``given_aliases`` are the imports the learner was given (the source's setup cell): the
     cell may use them without importing them. The cell's own imports take precedence, and a
-    name the cell binds is always ``V``, as is every name in ``also_local``.
+    name the cell binds is always ``V``, as is every name in ``also_local``. ``budget`` counts
+    the steps and raises :class:`~grader.similarity.guards.OverTime` past its deadline.
     """
     nodes = list(ast.walk(tree))
     local = bound_names(nodes) | also_local
     aliases = {**(given_aliases or {}), **import_aliases(nodes)}
     emitter = _Emitter(local, own_attributes(nodes), {k: v for k, v in aliases.items() if k not in local},
-                       helpers(tree))
+                       helpers(tree), budget)
     emitter.body(tree.body)
     return Tokens(emitter.tokens, emitter.lines)

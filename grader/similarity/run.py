@@ -8,17 +8,11 @@ from pathlib import Path
 
 from grader.autograde.reports import printable, write_atomically, write_csv
 from grader.autograde.submissions import find_submissions
-from grader.similarity.exercises import (
-    Exercise,
-    NotCompared,
-    SourceAssignment,
-    cell_tokens,
-    open_notebook,
-    read_source,
-    submitted_cell,
-)
+from grader.similarity.exercises import Exercise, SourceAssignment, open_notebook, read_source
+from grader.similarity.guards import Budget, NotCompared
 from grader.similarity.html_report import render
 from grader.similarity.scoring import Pair, clusters, matching_lines, score_pairs
+from grader.similarity.submitted import submitted_parts, submitted_tokens
 from grader.similarity.winnowing import Fingerprints, fingerprint
 
 CSV_HEADER = ["assignment", "exercise", "student_a", "student_b", "score", "shared_lines"]
@@ -34,7 +28,7 @@ class Entry:
     """One submitted cell of one exercise, ready to compare."""
 
     student: str
-    source: str  # the cell's text, for the report
+    source: str  # the cells' text, for the report (the exercise's cell, then the others read)
     prints: Fingerprints  # what was given removed
 
 
@@ -83,6 +77,7 @@ class Report:
     source: Path
     results: list[ExerciseResult] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    notes: list[Skip] = field(default_factory=list)  # compared, but some cells were left out or moved
     submissions: int = 0
     seconds: float = 0.0
 
@@ -104,9 +99,9 @@ class Report:
 
 def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, list[Entry]]:
     """The entries of each exercise of ``assignment`` (by label); what cannot be compared
-    goes to ``report.skipped``."""
+    goes to ``report.skipped``, cells left out of what is compared to ``report.notes``."""
     entries: dict[str, list[Entry]] = {e.label: [] for e in assignment.exercises}
-    seen: dict[tuple[str, object], Fingerprints] = {}
+    seen: dict[tuple[str, str], tuple[Fingerprints, list[str]]] = {}
     by_notebook: dict[str, list[Exercise]] = {}
     for exercise in assignment.exercises:
         by_notebook.setdefault(exercise.notebook, []).append(exercise)
@@ -122,24 +117,45 @@ def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, li
                     report.skipped.append(Skip(assignment.name, exercise.label, student,
                                                f"no notebook {notebook}.ipynb was handed in"))
                 continue
+            budget = Budget()  # for the whole notebook: every exercise of it
             try:
                 nb = open_notebook(path)
             except NotCompared as exc:
                 for exercise in exercises:
                     report.skipped.append(Skip(assignment.name, exercise.label, student, str(exc)))
                 continue
+            cache: dict = {}  # a cell read for several exercises is normalised once
             for exercise in exercises:
                 try:
-                    cell = submitted_cell(nb, exercise.grade_id)
-                    source = cell.get("source", "")
-                    key = (exercise.label, source if isinstance(source, str) else id(cell))
-                    if key not in seen:  # the same cell (a stub, a copy) is read once
-                        seen[key] = fingerprint(cell_tokens(cell, exercise), exercise.given_hashes)
+                    entry = _entry(nb, exercise, student, budget, cache, seen)
                 except NotCompared as exc:
                     report.skipped.append(Skip(assignment.name, exercise.label, student, str(exc)))
                     continue
-                entries[exercise.label].append(Entry(student, cell.source, seen[key]))
+                except (RecursionError, MemoryError) as exc:  # a guard the reader did not foresee
+                    why = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
+                    report.skipped.append(Skip(assignment.name, exercise.label, student,
+                                               f"the submission is {why} to be compared"))
+                    continue
+                entries[exercise.label].append(entry)
+                report.notes += [Skip(assignment.name, exercise.label, student, note)
+                                 for note in seen[(exercise.label, entry.source)][1]]
     return entries
+
+
+def _entry(nb, exercise: Exercise, student: str, budget: Budget, cache: dict,
+           seen: dict[tuple[str, str], tuple[Fingerprints, list[str]]]) -> Entry:
+    """One submission's entry for ``exercise``; the same cells (a stub, a copy) are read once."""
+    parts = submitted_parts(nb, exercise, budget)
+    key = (exercise.label, parts.text)
+    if key not in seen:
+        tokens, notes = submitted_tokens(parts, exercise, budget, cache)
+        prints = fingerprint(tokens, exercise.given_hashes)
+        if parts.missing is not None:
+            if not prints.positions:  # nothing of the learner's own anywhere else either
+                raise NotCompared(parts.missing)
+            notes.insert(0, f"{parts.missing}: the other cells the learner could edit were compared")
+        seen[key] = prints, parts.notes + notes
+    return Entry(student, parts.text, seen[key][0])
 
 
 def _score(exercise: Exercise, entries: list[Entry], threshold: float) -> ExerciseResult:
