@@ -191,8 +191,9 @@ def trend(values: Sequence[float], *, flat_within: float = 0.2) -> Trend:
 # --- recording claims in the executed page -------------------------------------------------
 
 SAFE_NAMES: dict[str, Any] = {
-    "abs": abs, "all": all, "any": any, "len": len, "max": max, "min": min, "sorted": sorted,
-    "sum": sum, "zip": zip, "True": True, "False": False,
+    "abs": abs, "all": all, "any": any, "len": len, "list": list, "max": max, "min": min,
+    "range": range, "round": round, "set": set, "sorted": sorted, "sum": sum, "zip": zip,
+    "True": True, "False": False,
 }
 
 
