@@ -89,8 +89,10 @@ def softmax(z, axis=-1):
 """),
     (CH2, "softmax", "torch-inside", """
 import torch
-def softmax(z, axis=-1):
-    return torch.softmax(torch.as_tensor(np.asarray(z, dtype=np.float64)), dim=axis).numpy()
+def softmax(z, axis=-1):  # torch's arithmetic; torch.softmax itself would be the exercise's answer
+    t = torch.as_tensor(np.asarray(z, dtype=np.float64))
+    e = torch.exp(t - t.amax(dim=axis, keepdim=True))
+    return (e / e.sum(dim=axis, keepdim=True)).numpy()
 """),
     (CH2, "softmax", "logsumexp", """
 def softmax(z, axis=-1):
