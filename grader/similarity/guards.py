@@ -40,9 +40,9 @@ class Budget:
     ``_CHECK_EVERY`` steps it looks at the clock and raises :class:`OverTime` past the deadline.
     """
 
-    def __init__(self, seconds: float = SECONDS_PER_NOTEBOOK) -> None:
-        self.seconds = seconds
-        self.deadline = time.monotonic() + seconds
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = SECONDS_PER_NOTEBOOK if seconds is None else seconds
+        self.deadline = time.monotonic() + self.seconds
         self.steps = 0
         self._next_check = _CHECK_EVERY
 
