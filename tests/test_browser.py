@@ -389,9 +389,10 @@ def test_the_inspection_sees_defects(browser, book_url, tmp_path):
     cut = tmp_path / "cut.html"
     cut.write_text(
         "<html><body><article class='bd-article'>"
-        "<div style='overflow-x: auto'><table><tr><td style='min-width: 900px'>bare</td></tr></table></div>"
-        f"<div style='overflow-x: auto; {cue}'><table><tr><td style='min-width: 900px'>cued</td></tr>"
-        "</table></div></article></body></html>",
+        "<div style='width: 300px; overflow-x: auto'><table><tr><td><div style='width: 900px'>bare</div>"
+        "</td></tr></table></div>"
+        f"<div style='width: 300px; overflow-x: auto; {cue}'><table><tr><td><div style='width: 900px'>cued"
+        "</div></td></tr></table></div></article></body></html>",
         encoding="utf-8",
     )
     browser.get(cut.as_uri())
@@ -399,14 +400,16 @@ def test_the_inspection_sees_defects(browser, book_url, tmp_path):
     assert len(seen["clippedWithoutCue"]) == 1 and "bare" in seen["clippedWithoutCue"][0], seen
 
     # a figure whose text is too small at 390 px, and one that does not say how small
-    from book_figures.style import figure_png, new_figure
+    from book_figures.style import figure_png_shown, new_figure
 
     fig = new_figure((6.4, 2.0))
     fig.text(0.5, 0.5, "small print", fontsize=8)
-    (tmp_path / "small.png").write_bytes(figure_png(fig))
+    png, shown = figure_png_shown(fig)  # shown at the width a page gives it: half its pixels
+    (tmp_path / "small.png").write_bytes(png)
     fig.savefig(tmp_path / "silent.png")
     figures = tmp_path / "figures.html"
-    figures.write_text("<html><body><figure><img src='small.png' alt='a figure with small print'>"
+    figures.write_text(f"<html><body><figure><img src='small.png' width='{shown['width']}' "
+                       "alt='a figure with small print'>"
                        "</figure><figure><img src='silent.png' alt='a figure without its record'>"
                        "</figure></body></html>", encoding="utf-8")
     browser.get(figures.as_uri())
