@@ -50,8 +50,8 @@ def add_course_options(grade: argparse.ArgumentParser) -> None:
                        help="with --watch: the exchange root, where each submission's feedback is "
                             "released for nbgrader fetch_feedback")
     grade.add_argument("--max-per-hour", type=_positive_int, default=None, metavar="N",
-                       help="with --watch: grade at most N submissions of one student an hour; later "
-                            "ones wait (their feedback says so)")
+                       help="with --watch: grade at most N submissions of one owner (the Unix user "
+                            "owning the inbound folder) an hour; later ones wait (their feedback says so)")
 
 
 def add_course_commands(commands: Any) -> None:

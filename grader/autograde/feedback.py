@@ -15,12 +15,11 @@ checked, never by their code.
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from grader.autograde import permissions
+from grader.autograde import permissions, safe_open
 from grader.autograde.reports import feedback_html, printable_tree, write_atomically
 from grader.autograde.submissions import Submission
 
@@ -96,16 +95,9 @@ def copy_course_files(sub: Submission, target: Path) -> None:
 
 def _read_small(path: Path) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return safe_open.read_small(path, MAX_COURSE_FILE)  # no symlink, no FIFO, bounded
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, MAX_COURSE_FILE + 1)
-    finally:
-        os.close(fd)
-    return data if len(data) <= MAX_COURSE_FILE else None
 
 
 def release_page(exchange_course: Path, secret: str, notebook_id: str, html: str) -> Path:
