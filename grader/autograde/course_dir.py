@@ -54,8 +54,7 @@ def copy_sources(out: Path, folders: dict[str, Path]) -> None:
             permissions.make_folders((fresh / file.relative).parent)
             copy_walked_file(file, fresh / file.relative)
             os.chmod(fresh / file.relative, permissions.file_mode())
-        os.chmod(fresh, 0o777 & ~permissions.umask())
-        permissions.share_folder(fresh)
+        permissions.set_folder_mode(fresh)  # mkdtemp's 0700, or the group's 0750
         old = root / f".{name}.old"
         shutil.rmtree(old, ignore_errors=True)
         if target.exists() or target.is_symlink():

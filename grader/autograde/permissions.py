@@ -1,22 +1,29 @@
-"""The modes of what a run writes into OUT: what the umask allows, or group-readable.
+"""The modes of what a run writes into OUT: private to the instructor, or shared with a group.
 
-Files are written through a temporary file (``reports.write_atomically``), which Python
-creates with mode 600 whatever the umask; each is given the mode an ordinary ``open`` would
-have given it (666 less the umask). With ``--group-readable`` (a TA group reads OUT, and
-formgrader runs as one of them) files also get group read, and the folders the run makes
-group read and search, whatever the umask says. The group itself is the folder's: give OUT
-to the TA group once with ``chgrp ta OUT && chmod g+s OUT`` and everything below inherits it.
+OUT holds the source with its solutions and hidden tests, every student's notebook and the
+gradebook, so by default only its owner may read it: folders 0700, files 0600, whatever the
+umask says. With ``--group-readable`` (a TA group reads OUT, and formgrader runs as one of
+them) folders are 0750 and files 0640: the group reads, others never do. The group itself
+is the folder's: give OUT to the TA group once with ``chgrp ta OUT && chmod g+s OUT`` and
+everything below inherits it (the set-group-ID bit of a folder is kept).
+
+Three layers hold the rule: every file the grader writes gets :func:`file_mode`
+(``reports.write_atomically``) and every folder it makes :func:`folder_mode`
+(:func:`make_folders`); while a grading session is open the process's umask is
+:func:`output_umask`, so what other code writes there (SQLite's gradebook, the watcher's
+copies) is no wider; and :func:`restrict_tree` gives every folder and file of OUT that the
+grader owns its mode when a session opens (an earlier run's, under an older rule) and closes.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-import threading
 from pathlib import Path
 
-_lock = threading.Lock()
-_state = {"group_readable": False, "umask": None}
+_state = {"group_readable": False}
+PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600
+GROUP_FOLDER, GROUP_FILE = 0o750, 0o640
 
 
 def configure(group_readable: bool) -> None:
@@ -24,52 +31,104 @@ def configure(group_readable: bool) -> None:
     _state["group_readable"] = group_readable
 
 
-def umask() -> int:
-    """The process's umask, read once (reading it means setting it, so never in parallel)."""
-    with _lock:
-        if _state["umask"] is None:
-            mask = os.umask(0o077)
-            os.umask(mask)
-            _state["umask"] = mask
-        return _state["umask"]
-
-
 def file_mode() -> int:
-    mode = 0o666 & ~umask()
-    return mode | stat.S_IRGRP if _state["group_readable"] else mode
+    return GROUP_FILE if _state["group_readable"] else PRIVATE_FILE
+
+
+def folder_mode() -> int:
+    return GROUP_FOLDER if _state["group_readable"] else PRIVATE_FOLDER
+
+
+def output_umask() -> int:
+    """The umask under which nothing written is wider than the rule: 077, or 027 shared."""
+    return 0o777 & ~folder_mode()
 
 
 def make_folders(folder: Path) -> None:
-    """``mkdir -p``; with group-readable, each folder made (and ``folder``) gets g+rx."""
+    """``mkdir -p``; each folder made gets :func:`folder_mode`."""
     missing = []
     probe = folder
     while not probe.exists() and probe != probe.parent:
         missing.append(probe)
         probe = probe.parent
     folder.mkdir(parents=True, exist_ok=True)
-    if _state["group_readable"]:
-        for made in [*missing, folder]:
-            share_folder(made)
+    for made in missing:
+        set_folder_mode(made)
 
 
-def share_folder(folder: Path) -> None:
-    """With group-readable: g+rx on ``folder`` (ours; another user's is left alone)."""
-    if not _state["group_readable"]:
+def set_folder_mode(folder: Path) -> None:
+    """:func:`folder_mode` on ``folder`` (its set-group-ID bit kept); another user's is left alone."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return
     try:
-        mode = folder.stat().st_mode
-        if mode & 0o050 != 0o050:
-            folder.chmod(stat.S_IMODE(mode) | 0o050)
+        _restrict(fd)
+    finally:
+        os.close(fd)
+
+
+def set_file_mode(path: Path) -> None:
+    """:func:`file_mode` on a file another library wrote (the SQLite gradebook)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        pass
-
-
-def share_file(path: Path) -> None:
-    """With group-readable: g+r on a file another library wrote (the SQLite gradebook)."""
-    if not _state["group_readable"]:
         return
     try:
-        mode = path.stat().st_mode
-        path.chmod(stat.S_IMODE(mode) | stat.S_IRGRP)
+        _restrict(fd)
+    finally:
+        os.close(fd)
+
+
+def restrict_tree(root: Path) -> int:
+    """Give ``root`` and every folder and regular file under it that this process's user owns
+    its mode; symlinks are never followed, other entries are left alone. Returns how many
+    modes changed."""
+    changed = 0
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        pass
+        return 0
+    stack = [top]
+    while stack:
+        fd = stack.pop()
+        try:
+            changed += _restrict(fd)
+            for entry in os.scandir(fd):
+                if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False)
+                                              or entry.is_file(follow_symlinks=False)):  # fmt: skip
+                    continue
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                try:
+                    child = os.open(entry.name, flags | (os.O_DIRECTORY if entry.is_dir() else 0), dir_fd=fd)
+                except OSError:  # gone, or not ours to open
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(child)
+                else:
+                    try:
+                        changed += _restrict(child)
+                    finally:
+                        os.close(child)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return changed
+
+
+def _restrict(fd: int) -> int:
+    """Set the rule's mode on an open folder or regular file of ours; 1 if it changed."""
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid():
+        return 0
+    if stat.S_ISDIR(info.st_mode):
+        mode = folder_mode() | (info.st_mode & stat.S_ISGID)
+    elif stat.S_ISREG(info.st_mode):
+        mode = file_mode()
+    else:
+        return 0
+    if stat.S_IMODE(info.st_mode) == mode:
+        return 0
+    os.fchmod(fd, mode)
+    return 1

@@ -10,6 +10,7 @@ its summary counts the rows of that file.
 
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from contextlib import ExitStack
@@ -44,8 +45,11 @@ class GradingSession:
         self._stack.callback(server.close)
         try:
             permissions.configure(options.group_readable)
+            # OUT private (or the group's) whatever the umask: what this process writes while
+            # the session is open, and what an earlier run left (see permissions.py)
+            self._stack.callback(os.umask, os.umask(permissions.output_umask()))
             permissions.make_folders(out)
-            permissions.share_folder(out)
+            permissions.restrict_tree(out)
             self.db_url = options.db_url or f"sqlite:///{(out / 'gradebook.db').resolve()}"
             self.interrupts = self._stack.enter_context(Interrupts())
             self._stack.enter_context(warnings.catch_warnings())
@@ -72,7 +76,8 @@ class GradingSession:
         finally:
             if self.db_url.startswith("sqlite:///"):
                 for suffix in ("", "-wal", "-shm"):
-                    permissions.share_file(Path(self.db_url[len("sqlite:///"):] + suffix))
+                    permissions.set_file_mode(Path(self.db_url[len("sqlite:///"):] + suffix))
+            permissions.restrict_tree(self.out)
 
     def prepare(self, assignments: list[str]) -> None:
         """Make each assignment gradable, once: nbgrader's records, due date, OUT/source/,
