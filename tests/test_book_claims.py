@@ -36,10 +36,14 @@ CLAIM_CALL = re.compile(r"\b(?:say|assert_claim)\(\s*\n?\s*[\"']([^\"']+)[\"']")
 
 
 def page_text(page_html: Path) -> str:
-    """The readable text of a built page: tags dropped, entities and typographic quotes undone."""
+    """The readable text of a built page, its images' alt texts included (after the body's text).
+
+    Tags dropped, entities and typographic quotes undone, white space collapsed.
+    """
     body = page_html.read_text(encoding="utf-8")
     body = re.sub(r"<(script|style)\b.*?</\1>", " ", body, flags=re.S)
-    text = html.unescape(re.sub(r"<[^>]+>", " ", body))
+    alts = re.findall(r"<img\b[^>]*\balt=\"([^\"]*)\"", body)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", body) + " " + " ".join(alts))
     text = text.translate(str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'}))
     return re.sub(r"\s+", " ", text)
 
@@ -91,10 +95,10 @@ def test_the_text_extraction_reads_what_a_reader_reads(tmp_path):
     page = tmp_path / "p.html"
     page.write_text(
         "<html><script>x = 'no'</script><p>the raw gradient is <span class=\"pasted-text\">7.8 times"
-        "</span>\n larger &amp; attention&#8217;s</p></html>",
+        "</span>\n larger &amp; attention&#8217;s</p><img src=\"a.png\" alt=\"a line that grows\"/></html>",
         encoding="utf-8",
     )
-    assert page_text(page).strip() == "the raw gradient is 7.8 times larger & attention's"
+    assert page_text(page).strip() == "the raw gradient is 7.8 times larger & attention's a line that grows"
     source = tmp_path / "p.md"
     source.write_text('say("a-b", x)\nassert_claim(\n    "c", "x > 1", "t")\nsay(f"d-{n}", y)\n')
     assert claims_in_source(source) == {"a-b", "c"}
