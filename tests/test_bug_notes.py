@@ -1,11 +1,17 @@
-"""The hints' named notes of chapters 6 and 7 (attention_learner.bug_models): a note is given
-only where its bug's model explains the output.
+"""The hints' named notes of greedy decoding (attention_learner.cases.ch06.decode_models): a
+note is given only where its bug's model explains the output.
 
 Each hint function runs on every case the notebook checks (visible and hidden), on the
 reference's own output and on the output of every zoo bug of the exercise. A note owned by
 a zoo bug (its ``expect``) must appear for that bug on some case, never on the reference's
 output, and never for another bug, unless that bug's output is the owner's on that case
 (two bugs that coincide there: the model explains both).
+
+Greedy decoding's models decide from the returned ids (against the right ids, or the toy
+model's logits on those ids), never by decoding. The other chapters' classic bugs are the
+grader's, named by the judge from their outputs (tests/test_bugzoo.py holds them): a model of
+the encoding or of a cache in the learner package was one argument from the answer
+(tests/security/test_learner_package_answers.py).
 """
 
 from __future__ import annotations
@@ -19,8 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tests.bugzoo.ch06 as zoo06
-import tests.bugzoo.ch07 as zoo07
-from attention_learner.cases import ch06, ch07, get_case
+from attention_learner.cases import ch06, get_case
 from grader.exercises import get_exercise
 from tests.notebook_runner import grade_id, source_notebook
 from tests.spec_helpers import notebook_checks as all_notebook_checks
@@ -28,28 +33,19 @@ from tests.spec_helpers import notebook_checks as all_notebook_checks
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 NOTED = {  # exercise -> the zoo entries named by the hints' bug models
-    "positional_encoding": [b for b in zoo06.BUGS if b.exercise == "positional_encoding"],
     "greedy_decode": [b for b in zoo06.BUGS if b.exercise == "greedy_decode"],
-    "KVCache": [b for b in zoo07.BUGS if b.exercise == "KVCache"],
-    "CachedSelfAttention": [b for b in zoo07.BUGS if b.exercise == "CachedSelfAttention"],
 }
-ASSIGNMENT = {"positional_encoding": zoo06.ASSIGNMENT, "greedy_decode": zoo06.ASSIGNMENT}
+ASSIGNMENT = {"greedy_decode": zoo06.ASSIGNMENT}
 
 
 def model_notes(exercise: str) -> str:
-    """The text of every note the exercise's bug models can give (on an odd d_model for the
-    encoding, whose notes of the last column name it)."""
-    params = {"positional_encoding": {"n": 7, "d_model": 5}}.get(exercise, {})
+    """The text of every note the exercise's bug models can give."""
     spec = get_exercise(exercise)
-    inputs = spec.make_inputs(np.random.default_rng(0), **params)
+    inputs = spec.make_inputs(np.random.default_rng(0))
     models = {
-        "positional_encoding": lambda: ch06.pe_models(inputs, spec.expected(inputs)),
         "greedy_decode": lambda: ch06.decode_models(inputs, spec.expected(inputs)["ids"]),
-        "KVCache": lambda: ch07.cache_models(inputs),
-        "CachedSelfAttention": lambda: ch07.cached_models(inputs),
     }[exercise]()
-    lengths_note = "Each chunk was appended to the cache twice" if exercise == "CachedSelfAttention" else ""
-    return " ".join([note for note, _ in models] + [lengths_note])
+    return " ".join(note for note, _ in models)
 
 
 def notebook_checks(assignment: str, exercise: str) -> list[tuple[str, int, dict]]:
@@ -59,13 +55,10 @@ def notebook_checks(assignment: str, exercise: str) -> list[tuple[str, int, dict
             if name.split("__")[0] == exercise and get_case(name).hints is not None]
 
 
-def defined(code: str, exercise: str, assignment: str):
+def defined(code: str, exercise: str):
     """The function or class that ``code`` (a solution cell) defines, with the setup cell's
-    names and, for chapter 7, the source's own KVCache."""
+    names."""
     namespace = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
-    if exercise == "CachedSelfAttention":
-        kv = next(c for c in source_notebook(assignment).cells if grade_id(c) == "KVCache")
-        exec(kv.source, namespace)
     exec(code, namespace)
     return namespace[exercise]
 
@@ -101,14 +94,14 @@ def solution(exercise: str, assignment: str) -> str:
 
 @pytest.mark.parametrize("exercise", sorted(NOTED))
 def test_a_note_is_given_only_where_its_bug_model_explains_the_output(exercise):
-    assignment = ASSIGNMENT.get(exercise, zoo07.ASSIGNMENT)
+    assignment = ASSIGNMENT[exercise]
     bugs = NOTED[exercise]
     hint_notes = {b.expect for b in bugs if b.expect and b.expect in model_notes(exercise)}
     runs = {"reference": solution(exercise, assignment), **{b.name: b.code for b in bugs}}
     owner = {b.expect: b.name for b in bugs if b.expect}
     shown: dict[str, set[str]] = {name: set() for name in runs}
     for case_name, seed, params in notebook_checks(assignment, exercise):
-        produced = {name: outputs(case_name, defined(code, exercise, assignment), seed, params)
+        produced = {name: outputs(case_name, defined(code, exercise), seed, params)
                     for name, code in runs.items()}
         for name, (inputs, expected, got) in produced.items():
             if got is None:

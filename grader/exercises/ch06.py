@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from attention_learner.cases.ch06 import toy_model
+from grader.exercises.ch06_bugs import HINTED_PE_BUGS
 from grader.exercises.spec import Arrays, Inputs, exercise
 from grader.reference.translator import greedy_decode, positional_encoding
 
@@ -73,6 +74,7 @@ PE_BUGS = {
     "frequencies 10000^(+2i/d_model) (a missing minus sign: divide the position by "
     "10000^(2i/d_model))": _pe_bug(sign=1.0),
     "positions counted from 1 instead of 0": _pe_bug(start=1),
+    **HINTED_PE_BUGS,
 }
 
 

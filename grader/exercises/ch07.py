@@ -13,6 +13,7 @@ online_softmax_attention, KVCache and CachedSelfAttention (the cases are in
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,19 @@ def _cache_steps(inputs: dict[str, Any], join) -> Arrays:
     return outputs
 
 
+def _cache_chunks(inputs: dict[str, Any], order, kept: list[int]) -> Arrays:
+    """A cache bug's outputs, for keys and values alike: append's result at step s is the
+    chunks numbered ``order(s)`` joined along the sequence axis (-2), and the cache holds the
+    chunks ``kept`` at the end (the right cache: ``order(s) = 0 .. s``, every chunk kept)."""
+    outputs: Arrays = {}
+    for name in ("k", "v"):
+        pieces = [inputs[name][:, :, a:b] for a, b in chunk_bounds(inputs["chunks"])]  # (B, h, t, d)
+        for s in range(len(pieces)):
+            outputs[f"{name}_step{s}"] = np.concatenate([pieces[c] for c in order(s)], axis=-2)
+        outputs[f"cache_{name}"] = np.concatenate([pieces[c] for c in kept], axis=-2)
+    return outputs
+
+
 def cache_reference(inputs: dict[str, Any]) -> Arrays:
     cache = KVCache()
     k, v = torch.from_numpy(inputs["k"]), torch.from_numpy(inputs["v"])
@@ -138,6 +152,13 @@ CACHE_BUGS = {
     ),
     "the cache keeps only the newest chunk instead of all positions so far": (
         lambda i: _cache_steps(i, lambda old, new: new)
+    ),
+    "append's result never stored: the cache was not updated (append returned "
+    "torch.cat([self.k, k_new], dim=-2) but did not store it in self.k and self.v, so the cache "
+    "keeps its first chunk)": lambda i: _cache_chunks(i, lambda s: [0] if s == 0 else [0, s], [0]),
+    "a cache updated twice on the first append: when it is empty it stored k_new and then "
+    "concatenated k_new again (an if without an else), so the first chunk is in it twice": (
+        lambda i: _cache_chunks(i, lambda s: [0, *range(s + 1)], [0, *range(len(i["chunks"]))])
     ),
 }
 
@@ -188,7 +209,12 @@ def cached_torch_reference(inputs: dict[str, Any]) -> Arrays:
 
 
 def cached_variant(inputs: dict[str, Any], mistake: str) -> Arrays:
-    """Chunk-by-chunk decoding with one classic mistake (outputs only)."""
+    """Chunk-by-chunk decoding with one classic mistake (outputs only): "no_causal" (the
+    chunk sees all of itself), "cache_queries" (W_q's output cached as keys), "prepend",
+    "no_cache" (each chunk alone), "swap_kv" (keys x W_v, values x W_k), "restart" (positions
+    counted from 0 in every chunk: new token i sees keys j <= i), "scale_d_model" (scores
+    over sqrt(d_model), not sqrt(d_head)), "no_transpose" (heads (B, h, t, d_head) reshaped
+    to (B, t, d_model) directly), "no_output_projection" (W_o not applied)."""
     layer = _layer(inputs)
     h = layer.num_heads
     x = tensor(inputs["x"])
@@ -200,6 +226,8 @@ def cached_variant(inputs: dict[str, Any], mistake: str) -> Arrays:
             q = split_heads(layer.W_q(x_new), h)  # (B, h, t_new, d_head)
             k_new = q if mistake == "cache_queries" else split_heads(layer.W_k(x_new), h)
             v_new = split_heads(layer.W_v(x_new), h)
+            if mistake == "swap_kv":
+                k_new, v_new = v_new, k_new
             if k_all is None or mistake == "no_cache":
                 k_all, v_all = k_new, v_new
             elif mistake == "prepend":
@@ -208,8 +236,16 @@ def cached_variant(inputs: dict[str, Any], mistake: str) -> Arrays:
                 k_all, v_all = torch.cat([k_all, k_new], dim=-2), torch.cat([v_all, v_new], dim=-2)
             start = 0 if mistake == "no_cache" else a
             mask = None if mistake == "no_causal" else chunk_causal_mask(start, b - a)
-            heads, _ = scaled_dot_product_attention_torch(q, k_all, v_all, mask)
-            outputs[f"out_step{step}"] = layer.W_o(merge_heads(heads))  # (B, t_new, d_model)
+            if mistake == "restart":  # (t_new, b): new token i sees the keys j <= i
+                mask = torch.arange(b)[None, :] <= torch.arange(b - a)[:, None]
+            # scores q k^T / sqrt(d_model) = (q sqrt(d_head / d_model)) k^T / sqrt(d_head)
+            if mistake == "scale_d_model":
+                q = q * math.sqrt(q.shape[-1] / x.shape[-1])
+            heads, _ = scaled_dot_product_attention_torch(q, k_all, v_all, mask)  # (B, h, t_new, d_head)
+            B, _, t_new, _ = heads.shape
+            merged = heads.reshape(B, t_new, -1) if mistake == "no_transpose" else merge_heads(heads)
+            out = merged if mistake == "no_output_projection" else layer.W_o(merged)
+            outputs[f"out_step{step}"] = out  # (B, t_new, d_model)
     return outputs
 
 
@@ -224,6 +260,19 @@ CACHED_BUGS = {
     "position j of the cache is token j": lambda i: cached_variant(i, "prepend"),
     "each chunk attends only to itself: the cached keys and values of earlier chunks were "
     "not used": lambda i: cached_variant(i, "no_cache"),
+    "keys and values swapped in the cache: the keys and values are swapped (keys are x W_k, "
+    "values x W_v)": lambda i: cached_variant(i, "swap_kv"),
+    "a mask whose positions restart at 0 in every chunk: token i of a chunk starting at "
+    "position p sits at position p + i, so it may see the cached positions and the new ones up "
+    "to p + i (build the mask from start = len(self.cache) before the append)": (
+        lambda i: cached_variant(i, "restart")
+    ),
+    "a missing output projection: the output projection W_o is missing (merge the heads, then "
+    "apply self.W_o)": lambda i: cached_variant(i, "no_output_projection"),
+    "heads merged without the transpose: (B, h, t, d_head) must become (B, t, h, d_head) "
+    "(transpose(1, 2)) before the reshape to (B, t, d_model)": lambda i: cached_variant(i, "no_transpose"),
+    "scores divided by sqrt(d_model) instead of sqrt(d_head): each head attends with keys of "
+    "size d_head": lambda i: cached_variant(i, "scale_d_model"),
 }
 
 

@@ -1,20 +1,19 @@
-"""Classic bugs recognised from a learner's output by a model of each bug: a note is given only
-where the bug's model, computed on the case's own inputs, reproduces the output at the case's
-tolerance; where no model does, the hints say where the output is wrong instead.
+"""Where a learner's output is wrong, in words, and whether one output reproduces another at
+a case's tolerance: the pieces the hints of chapters 6 and 7 say where a failure is with.
 
-A model is a function of nothing (its inputs are bound by the case's hint) returning the
-array that bug produces, or None where the bug cannot show on the case (an even d_model for
-a bug of the odd last column). Used by the hints of chapters 6 and 7.
+The hints compute no bug's output from the case's inputs: such a model is one change from
+the answer (the right positions, a cache that keeps every chunk), and the package would hold
+that answer (greedy decoding's hints decide from the returned ids, never by decoding). Each classic bug is the grader's (``grader.exercises.ch06``, ``ch06_bugs`` and
+``ch07``), which computes its outputs on a case's inputs in the parent, and the package ships
+those outputs for the visible cases only; the judge names the bug an output matches. What is
+left here only compares and locates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-
-Model = Callable[[], np.ndarray | None]
-Arrays = dict[str, np.ndarray]
 
 
 def reproduces(modelled: np.ndarray | None, got: np.ndarray | None, atol: float, rtol: float) -> bool:
@@ -23,40 +22,6 @@ def reproduces(modelled: np.ndarray | None, got: np.ndarray | None, atol: float,
     if modelled is None or got is None or np.shape(modelled) != np.shape(got):
         return False
     return bool(np.allclose(got, modelled, atol=atol, rtol=rtol, equal_nan=True))
-
-
-def explained_notes(
-    models: Iterable[tuple[str, Model]],
-    got: np.ndarray | None,
-    expected: np.ndarray,
-    atol: float,
-    rtol: float,
-) -> list[str]:
-    """The note of every (note, model) whose model reproduces ``got`` and differs from
-    ``expected`` (a bug that does not show on this case explains nothing). A model that raises
-    does not apply to the case."""
-    notes = []
-    for note, model in models:
-        with np.errstate(all="ignore"):
-            try:
-                modelled = model()
-            except (ValueError, IndexError, RuntimeError, ZeroDivisionError):
-                continue
-        if reproduces(modelled, got, atol, rtol) and not reproduces(modelled, expected, atol, rtol):
-            notes.append(note)
-    return notes
-
-
-def explains_outputs(
-    modelled: Arrays | None, got: Arrays, expected: Arrays, atol: float, rtol: float
-) -> bool:
-    """Whether a bug whose outputs are ``modelled`` (name -> array) explains ``got``: every
-    modelled output is reproduced and at least one of them differs from ``expected``."""
-    if not modelled:
-        return False
-    return all(reproduces(v, got.get(k), atol, rtol) for k, v in modelled.items()) and not all(
-        reproduces(v, expected.get(k), atol, rtol) for k, v in modelled.items()
-    )
 
 
 def index_ranges(indices: Sequence[int]) -> str:

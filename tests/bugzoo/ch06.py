@@ -122,7 +122,7 @@ def positional_encoding(n, d_model):
         code=_pe("p / 10000 ** (i / d_model)", _INTERLEAVE).replace("    return pe", "    return pe.T"),
         expect="shape",
     ),
-    # named by the hints' bug models (attention_learner.cases.ch06.pe_models)
+    # named by the judging half's classic bugs (grader.exercises.ch06_bugs.HINTED_PE_BUGS)
     Bug(
         exercise="positional_encoding",
         name="exponent_4i",
@@ -174,7 +174,7 @@ def positional_encoding(n, d_model):
             "    pe[:, 0 : 2 * half : 2] = np.sin(angles[:, :half])\n"
             "    pe[:, 1::2] = np.cos(angles[:, :half])",
         ),
-        expect="The last column of an odd d_model was left at zero",
+        expect="the last column of an odd d_model was left at zero",
     ),
     Bug(
         exercise="positional_encoding",
@@ -183,7 +183,7 @@ def positional_encoding(n, d_model):
             "p / 10000 ** (i / d_model)",
             _INTERLEAVE + "\n    if d_model % 2:\n        pe[:, -1] = np.cos(angles[:, -1])",
         ),
-        expect="The last column of an odd d_model holds a cosine",
+        expect="the last column of an odd d_model holds a cosine",
     ),
     Bug(
         exercise="positional_encoding",

@@ -203,11 +203,11 @@ class KVCache:
         self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=-2)
         return self.k, self.v
 ''', expect="should define __len__"),
-    # named by the hints' bug models (attention_learner.cases.ch07.cache_models)
+    # named by the judging half's classic bugs too (grader.exercises.ch07.CACHE_BUGS)
     Bug("KVCache", "not-stored", _KV_TEMPLATE.replace(
         "            self.k = {join_k}\n            self.v = {join_v}\n",
         "            return torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)\n"),
-        expect="The cache was not updated"),
+        expect="the cache was not updated"),
     Bug("KVCache", "first-chunk-twice", _KV_TEMPLATE.replace("        else:\n", "").replace(
         "            self.k = {join_k}\n            self.v = {join_v}\n",
         "        self.k = torch.cat([self.k, k_new], dim=-2)\n"
@@ -234,15 +234,15 @@ class KVCache:
                 mask="positions[None, :] <= positions[:, None]"),
         expect="the cached keys and values of earlier chunks were not used"),
     Bug("CachedSelfAttention", "mask-off-by-the-cache-length",
-        _cached(mask="positions[None, :] <= positions[:t_new, None]"), expect="The positions restart at 0"),
-    # named by the hints' bug models (attention_learner.cases.ch07.cached_models)
+        _cached(mask="positions[None, :] <= positions[:t_new, None]"), expect="positions restart at 0"),
+    # named by the judging half's classic bugs too (grader.exercises.ch07.CACHED_BUGS)
     Bug("CachedSelfAttention", "keys-and-values-swapped",
         _cached(attend_to="self.cache.append(heads(self.W_v(x_new)), heads(self.W_k(x_new)))"),
-        expect="The keys and values are swapped"),
+        expect="the keys and values are swapped"),
     Bug("CachedSelfAttention", "no-output-projection",
         _cached().replace("return self.W_o(out.transpose(1, 2).reshape(B, t_new, d_model))",
                           "return out.transpose(1, 2).reshape(B, t_new, d_model)"),
-        expect="The output projection W_o is missing"),
+        expect="the output projection W_o is missing"),
     Bug("CachedSelfAttention", "merge-without-transpose",
         _cached().replace("out.transpose(1, 2).reshape", "out.reshape"),
         expect="merged without the transpose"),

@@ -78,17 +78,15 @@ def layer_state(
     return state
 
 
-def _lengths(rng: np.random.Generator, batch: int, n: int, padded: bool) -> np.ndarray | None:
-    """Sequence lengths for a padding mask: the first sequence is full, the others shorter."""
+def _drawn_padding(rng: np.random.Generator, batch: int, n: int, padded: bool) -> np.ndarray | None:
+    """A padding mask (B, n), True = real token, of drawn lengths: the first sequence is full,
+    the others 1 .. n - 1 long; None when not ``padded``. The lengths are drawn here, never
+    taken: a helper from (lengths, n) to the mask would be the padding_mask exercise."""
     if not padded:
         return None
-    lengths = rng.integers(1, n, size=batch)  # 1 .. n - 1
+    lengths = rng.integers(1, n, size=batch)  # (B,) 1 .. n - 1
     lengths[0] = n
-    return lengths
-
-
-def _mask_of(lengths: np.ndarray | None, n: int) -> np.ndarray | None:
-    return None if lengths is None else np.arange(n) < lengths[:, None]  # (B, n)
+    return np.arange(n) < lengths[:, None]  # (B, n)
 
 
 def make_encoder_inputs(
@@ -101,10 +99,10 @@ def make_encoder_inputs(
     padded: bool = False,
 ) -> dict[str, Any]:
     d_model = num_heads * d_head
-    lengths = _lengths(rng, batch, n, padded)
+    pad_mask = _drawn_padding(rng, batch, n, padded)  # (B, n) or None
     return {
         "x": normal(rng, batch, n, d_model),  # (B, n, d_model)
-        "pad_mask": _mask_of(lengths, n),  # (B, n) or None
+        "pad_mask": pad_mask,
         "x_changed": normal(rng, batch, n, d_model),  # replaces x at padded positions
         "state": layer_state(rng, d_model, d_ff, ("self_attn",), norms=2),
         "args": (d_model, num_heads, d_ff),
@@ -131,13 +129,13 @@ def make_decoder_inputs(
 ) -> dict[str, Any]:
     """``cut``: the last target position that must not move when later ones change."""
     d_model = num_heads * d_head
-    tgt_lengths = _lengths(rng, batch, n_tgt, padded)
-    src_lengths = _lengths(rng, batch, n_src, padded)
+    tgt_pad_mask = _drawn_padding(rng, batch, n_tgt, padded)  # (B, n_tgt) or None
+    memory_pad_mask = _drawn_padding(rng, batch, n_src, padded)  # (B, n_src) or None
     return {
         "y": normal(rng, batch, n_tgt, d_model),  # (B, n_tgt, d_model)
         "memory": normal(rng, batch, n_src, d_model),  # (B, n_src, d_model)
-        "tgt_pad_mask": _mask_of(tgt_lengths, n_tgt),  # (B, n_tgt) or None
-        "memory_pad_mask": _mask_of(src_lengths, n_src),  # (B, n_src) or None
+        "tgt_pad_mask": tgt_pad_mask,
+        "memory_pad_mask": memory_pad_mask,
         "y_changed": normal(rng, batch, n_tgt, d_model),  # replaces y after position `cut`
         "memory_changed": normal(rng, batch, n_src, d_model),  # replaces padded memory
         "cut": decoder_cut(n_tgt, cut),
