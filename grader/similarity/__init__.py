@@ -8,13 +8,19 @@ side by side with their matching regions) are written. Nothing here touches a gr
 How, module by module:
 
 - ``exercises``: the source's exercises and what the learner was given for each (the
-  released notebook's code: setup and test cells, and each solution cell's stub), and the
-  submitted cell of each exercise; submissions are found by
-  ``grader.autograde.submissions.find_submissions`` and read by
+  released notebook's code: setup and test cells, and each solution cell's stub), and which
+  of a notebook's cells are locked (by the source's metadata, by grade id); submissions are
+  found by ``grader.autograde.submissions.find_submissions`` and read by
   ``grader.autograde.notebook_file.read_notebook``;
-- ``normalise``: the cell parsed with ``ast`` and read as tokens that renaming, reordering,
-  comments, blank lines, prints, literals, layout and extracting or inlining a helper
-  barely change;
+- ``submitted``: what a submission holds for an exercise: its cell and every cell the
+  learner could edit (added cells, and the answer's definitions moved into another
+  exercise's cell), never a cell the source locks, whatever the submitted metadata claims;
+- ``normalise``: each cell parsed with ``ast`` and read as tokens that renaming, reordering,
+  comments, blank lines, prints and other dead expressions, literals, layout and extracting
+  or inlining a helper barely change; ``ordering``: the canonical order of a run of
+  assignments, linear in their size;
+- ``guards``: what one submission may cost (size, nesting, a time budget), so that none
+  stops or stalls the report for the class;
 - ``winnowing``: hashed k-grams of those tokens, winnowed as MOSS does;
 - ``scoring``: an inverted index fingerprint -> submissions (those that share none are never
   scored), each fingerprint weighted by its rarity (IDF over the exercise's submissions;
@@ -22,9 +28,11 @@ How, module by module:
   Jaccard, clusters as connected components, and matching regions grown token by token;
 - ``run``: the command (find, fingerprint, score, write); ``html_report``: the page.
 
-A cell that cannot be compared (a notebook that is not JSON, no cell with that grade id, a
-cell that does not parse) is listed in the report with the reason; the others are compared
-as usual.
+A cell that cannot be compared (a notebook that is not JSON or is nested deeper than the
+parser follows, no code of the learner's for that exercise, a cell that does not parse or
+is too large, a notebook over its time budget) is listed in the report with the reason; the
+others are compared as usual. Cells left out of a submission that was compared (an added
+cell over the size limit, the exercise's own cell missing) are listed as notes.
 
 Why the default threshold is 0.5. Measured with ``tests/test_similarity.py`` on chapter 3's
 ``scaled_dot_product_attention``, in a class of the course's solution, a copy of it and ten
@@ -38,7 +46,7 @@ correct solutions written independently (``benchmarks/similarity.py`` for 1,000)
   computed in the call): 0.75;
 - the eleven independent solutions against each other: at most 0.17 (the course's against
   one that normalises with the same ``np.divide(..., where=...)`` idiom), two pairs above
-  0.1, and 37 of the 55 pairs share no fingerprint at all;
+  0.1, and 17 of the 55 pairs share no fingerprint at all;
 - a copy with four of its nine statements rewritten in other idioms: 0.33;
 - in the benchmark's class of 1,000, whose generated students combine a few common idioms
   per step (far more alike than real ones), 50,340 of the 499,500 pairs of the NumPy
