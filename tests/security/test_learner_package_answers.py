@@ -99,19 +99,23 @@ def right_parameters(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
+def package_modules() -> list[Any]:
+    """Every module of the learner package but those of :data:`SIDE_EFFECTS`."""
+    return [importlib.import_module(info.name)
+            for info in pkgutil.walk_packages(attention_learner.__path__, "attention_learner.")
+            if info.name not in SIDE_EFFECTS]
+
+
 def package_callables() -> list[tuple[str, Callable[..., Any]]]:
     """(qualified name, object) of every function and class defined in a module of the
     learner package, private ones included."""
     found, seen = [], set()
-    for info in pkgutil.walk_packages(attention_learner.__path__, "attention_learner."):
-        if info.name in SIDE_EFFECTS:
-            continue
-        module = importlib.import_module(info.name)
+    for module in package_modules():
         for name, value in list(vars(module).items()):
-            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == info.name \
+            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__ \
                     and id(value) not in seen:
                 seen.add(id(value))
-                found.append((f"{info.name}.{name}", value))
+                found.append((f"{module.__name__}.{name}", value))
     return found
 
 
@@ -142,9 +146,14 @@ def bound_arguments(fn: Callable[..., Any], inputs: dict[str, Any], extra: dict[
     return arguments if from_case else None
 
 
-def arrays_of(value: Any, depth: int = 0) -> Iterator[np.ndarray]:
+Case = tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]  # inputs, right parameters, expected
+
+
+def arrays_of(value: Any, case: Case | None = None, depth: int = 0) -> Iterator[np.ndarray]:
     """Every array in what a callable returned: tensors and arrays, the values of dicts, the
-    items of tuples and lists, and what each model (a callable of no argument) gives."""
+    items of tuples and lists, and what each model it returns gives: a callable of no
+    argument (a hint's (note, model) pairs), or one whose arguments bind from ``case``
+    ((inputs, right parameters, expected), :func:`bound_arguments`: a factory of bugs)."""
     if depth > 3:
         return
     if isinstance(value, torch.Tensor):
@@ -153,18 +162,23 @@ def arrays_of(value: Any, depth: int = 0) -> Iterator[np.ndarray]:
         yield value
     elif isinstance(value, dict):
         for v in value.values():
-            yield from arrays_of(v, depth + 1)
+            yield from arrays_of(v, case, depth + 1)
     elif isinstance(value, tuple | list):
         for v in value:
-            yield from arrays_of(v, depth + 1)
+            yield from arrays_of(v, case, depth + 1)
     elif callable(value) and not inspect.isclass(value):
         try:
-            if any(p.default is p.empty for p in inspect.signature(value).parameters.values()):
+            needed = [p for p in inspect.signature(value).parameters.values() if p.default is p.empty
+                      and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            arguments = {} if not needed else None
+            if needed and case is not None:
+                arguments = bound_arguments(value, copies(case[0]), *case[1:])
+            if arguments is None:
                 return
-            produced = value()
+            produced = value(**arguments)
         except Exception:
             return
-        yield from arrays_of(produced, depth + 1)
+        yield from arrays_of(produced, case, depth + 1)
 
 
 def answer_arrays(inputs: dict[str, Any], expected: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -236,14 +250,13 @@ def test_no_callable_of_the_package_passes_as_the_exercise(name, params):
 
 
 
-@pytest.mark.parametrize("name,params", cases(), ids=lambda v: v if isinstance(v, str) else "")
-def test_no_callable_of_the_package_computes_the_answer_from_the_case(name, params):
-    """No callable of the package, with its arguments bound from the case's inputs and from
-    the right parameters of a model, returns an array that is one of the exercise's reference
-    outputs (nor does a model it returns)."""
+def computing_the_answer(name: str, params: dict[str, Any]) -> list[str]:
+    """The callables of the package that, bound from a fresh case of ``name`` and from a
+    model's right parameters, return one of its reference outputs (or return a model that
+    does): "qualified(arguments) -> output"."""
     inputs, expected = fresh(name, params)
     targets = answer_arrays(inputs, expected)
-    extra = right_parameters(inputs)
+    extra = {**right_parameters(inputs), "params": all_exercises()[name].case.full_params(params)}
     found = []
     for qualified, candidate in package_callables():
         if qualified in GIVEN.get(name, set()):
@@ -251,13 +264,47 @@ def test_no_callable_of_the_package_computes_the_answer_from_the_case(name, para
         arguments = bound_arguments(candidate, copies(inputs), extra, expected)
         if arguments is None:
             continue
-        result = quietly(lambda c=candidate, a=arguments: list(arrays_of(c(**a))))
+        result = quietly(lambda c=candidate, a=arguments: list(arrays_of(c(**a), (inputs, extra, expected))))
         for array in result or []:
             matched = [key for key, target in targets.items() if reproduces(array, target)]
             if matched:
                 found.append(f"{qualified}({', '.join(arguments)}) -> {matched[0]}")
                 break
+    return found
+
+
+@pytest.mark.parametrize("name,params", cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_no_callable_of_the_package_computes_the_answer_from_the_case(name, params):
+    """No callable of the package, with its arguments bound from the case's inputs and from
+    the right parameters of a model, returns an array that is one of the exercise's reference
+    outputs (nor does a model it returns)."""
+    found = computing_the_answer(name, params)
     assert not found, f"{name}: the learner package computes the answer: {found}"
+
+
+def test_the_search_finds_an_answer_planted_in_the_package(monkeypatch):
+    """The three shapes an answer took in the hints, planted in ``cases.ch06`` (built on the
+    grader's reference): a model whose right parameters are the answer, a hint's list of
+    (note, model) pairs, a factory of models. The search above finds each."""
+    from attention_learner.cases import ch06
+    from grader.reference.translator import positional_encoding
+
+    def planted_model(d_model, positions):
+        return positional_encoding(len(positions), d_model)
+
+    def planted_notes(inputs, expected):
+        return [("a note", lambda: positional_encoding(inputs["n"], inputs["d_model"]))]
+
+    def planted_factory(width):
+        return lambda inputs: {"pe": positional_encoding(inputs["n"], width)}
+
+    for planted in (planted_model, planted_notes, planted_factory):
+        planted.__module__ = ch06.__name__
+        monkeypatch.setattr(ch06, planted.__name__, planted, raising=False)
+    found = " ".join(computing_the_answer("positional_encoding", {"n": 9, "d_model": 7}))
+    for planted in ("planted_model(d_model, positions)", "planted_notes(inputs, expected)",
+                    "planted_factory(width)"):
+        assert f"attention_learner.cases.ch06.{planted} -> pe" in found, found
 
 
 #: (module, attribute, exercise, inputs -> arguments): models that held an answer at ea87504
