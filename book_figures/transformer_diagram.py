@@ -5,7 +5,10 @@ through the embedding and ``positional_encoding`` into a stack of ``EncoderLayer
 their output (the memory) feeding every ``DecoderLayer``'s ``cross_attn``, and the target
 tokens going through the decoder to the output logits. The three attention types are
 coloured and numbered 1 to 3 (``ATTENTION_TYPES``: the number, the name, the module and
-the mask of each); the page's caption links each number to its chapter.
+the mask of each); the page's caption links each number to its chapter. Every sublayer's
+residual path is an arrow of its own, from the sublayer's input around it into the
+``norm(x + ·)`` that adds it back. The names are those of the book's one encoder-decoder,
+``grader.reference.seq2seq.TinyTranslator`` (chapters 6 and 8), ``output_proj`` included.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ WIDTH = 4.55  # inches: 12.5-point text is shown at 9.4 points on a 390 px phone
 FONT = 12.5
 LEFT, RIGHT = 0.5, 3.9  # the boxes' column, in inches
 GAP = 0.2  # between two boxes, where the arrow goes
+BLOCK_RIGHT = RIGHT + 0.26  # the right edge of a layer's dashed block
+RESIDUAL_X = RIGHT + 0.13  # the residual paths run down the right of the boxes, inside the block
+MEMORY_X = RIGHT + 0.42  # and the memory outside the blocks
 
 # The drawing, top to bottom: (kind, text, attention type or 0). Kinds: "io" (tokens in or
 # logits out), "box" (a step), "attention" (an attention sublayer), "group" (starts a layer
@@ -38,7 +44,8 @@ ROWS: list[tuple[str, str, int]] = [
     ("group", "EncoderLayer × N", 0),
     ("attention", "EncoderLayer.self_attn\nmask: source padding", 1),
     ("box", "norm1(x + ·)", 0),
-    ("box", "EncoderLayer.ff, norm2(x + ·)", 0),
+    ("box", "EncoderLayer.ff", 0),
+    ("box", "norm2(x + ·)", 0),
     ("end", "memory", 0),
     ("io", "target tokens, shifted right", 0),
     ("box", "tgt_embed · √d_model\n+ positional_encoding", 0),
@@ -47,9 +54,10 @@ ROWS: list[tuple[str, str, int]] = [
     ("box", "norm1(y + ·)", 0),
     ("attention", "DecoderLayer.cross_attn\nQ: decoder; K, V: memory\nmask: source padding", 3),
     ("box", "norm2(y + ·)", 0),
-    ("box", "DecoderLayer.ff, norm3(y + ·)", 0),
+    ("box", "DecoderLayer.ff", 0),
+    ("box", "norm3(y + ·)", 0),
     ("end", "", 0),
-    ("io", "generator: logits (B, n_tgt, V)", 0),
+    ("io", "output_proj: logits (B, n_tgt, V)", 0),
 ]
 
 
@@ -118,6 +126,7 @@ def draw_transformer() -> Figure:
         middle = (LEFT + RIGHT) / 2
         y, previous_bottom, group_top = total - 0.1, None, None
         memory_from = cross_attention = None
+        sublayer_input = None  # the height of the arrow entering the latest sublayer
         for kind, text, number in ROWS:
             if kind == "group":
                 group_top = y
@@ -130,7 +139,7 @@ def draw_transformer() -> Figure:
                 ax.add_patch(
                     FancyBboxPatch(
                         (LEFT - 0.12, y + GAP / 2 - 0.05),
-                        RIGHT - LEFT + 0.24,
+                        BLOCK_RIGHT - LEFT + 0.12,
                         group_top - y - GAP / 2 + 0.05,
                         boxstyle="round,pad=0,rounding_size=0.1",
                         facecolor="none",
@@ -139,18 +148,28 @@ def draw_transformer() -> Figure:
                         linestyle="--",
                     )
                 )
-                if text == "memory":
-                    memory_from = (RIGHT, y + GAP + 0.2)
+                if text == "memory":  # the block's output leaves it downwards, then turns right
+                    memory_from = (middle, y + GAP, y + GAP / 2 - 0.05 - 0.12)  # x, from, turn
                 y -= heights["end"]
                 previous_bottom = None if text == "memory" else previous_bottom
                 continue
             top = y
             if previous_bottom is not None:
                 _arrow(ax, (middle, previous_bottom), (middle, top))
+            if kind == "attention" or text.endswith(".ff"):
+                # a sublayer: its input is the arrow just above it (or, first in a layer, the
+                # arrow that enters the layer's block)
+                sublayer_input = top + (GAP / 2 if previous_bottom is not None else heights["group"] / 2)
             face, edge = ("0.93", "0.35") if kind == "io" else ("white", "0.35")
             if kind == "attention":
                 face, edge = ATTENTION_TYPES[number][1], EDGE[number]
             bottom = _box(ax, top, text, face, edge)
+            if text.startswith("norm") and sublayer_input is not None:  # the residual path
+                mid = (top + bottom) / 2
+                ax.plot([middle, RESIDUAL_X, RESIDUAL_X], [sublayer_input, sublayer_input, mid],
+                        color="0.45", linewidth=1.1)  # fmt: skip
+                _arrow(ax, (RESIDUAL_X, mid), (RIGHT, mid), colour="0.45")
+                sublayer_input = None
             if kind == "attention":
                 _badge(ax, LEFT - 0.27, (top + bottom) / 2, number)
                 if number == 3:
@@ -158,17 +177,18 @@ def draw_transformer() -> Figure:
             previous_bottom = bottom
             y = bottom - GAP
         # the memory: the last encoder layer's output, read by every decoder layer's cross_attn
-        x_memory = RIGHT + 0.3
+        x_memory = MEMORY_X
+        x_from, y_from, y_turn = memory_from
         ax.plot(
-            [memory_from[0], x_memory, x_memory],
-            [memory_from[1], memory_from[1], cross_attention[1]],
+            [x_from, x_from, x_memory, x_memory],
+            [y_from, y_turn, y_turn, cross_attention[1]],
             color=EDGE[3],
             linewidth=1.3,
         )
         _arrow(ax, (x_memory, cross_attention[1]), cross_attention, colour=EDGE[3])
         ax.text(
-            x_memory + 0.17,
-            (memory_from[1] + cross_attention[1]) / 2,
+            x_memory + 0.12,
+            (y_turn + cross_attention[1]) / 2,
             "memory",
             rotation=90,
             ha="center",

@@ -14,18 +14,18 @@ from attention_learner.cases.ch06 import ToyTranslator, make_decode_inputs
 from grader.checks import check
 from grader.exercises.ch06 import EXERCISES
 from grader.reference import greedy_decode, positional_encoding
+from grader.reference.seq2seq import TinyTranslator, to_torch_transformer
+from grader.reference.seq2seq import greedy_decode as greedy_decode_with_padding
 from grader.reference.transformer import causal_mask
 from grader.reference.translator import (
     BOS,
     EOS,
     PAD,
     GRUTranslator,
-    TinyTransformer,
     make_pairs,
     source_vocab,
     target_vocab,
     to_batch,
-    to_torch_transformer,
     token_accuracy,
     train_translator,
     translate,
@@ -151,13 +151,13 @@ def test_greedy_decode_equals_decoding_each_sentence_alone(seed, stops, max_len)
 def test_greedy_decode_of_a_transformer_does_not_depend_on_the_batch():
     torch.manual_seed(0)
     sv, tv = source_vocab(), target_vocab()
-    model = TinyTransformer(len(sv), len(tv)).eval()
+    model = TinyTranslator(len(sv), len(tv), 32, 4, 64, 1, PAD).eval()  # the book's translator
     pairs = make_pairs(6, seed=3)
     src, _, _ = to_batch(pairs, sv, tv)  # (6, n_src), sentences padded to the longest
-    together = greedy_decode(model, src, 12, BOS, EOS)
+    together = greedy_decode_with_padding(model, src, 12, BOS, EOS)
     for b in range(len(pairs)):
         n = int((src[b] != PAD).sum())
-        alone = greedy_decode(model, src[b : b + 1, :n], 12, BOS, EOS)[0]  # no padding at all
+        alone = greedy_decode_with_padding(model, src[b : b + 1, :n], 12, BOS, EOS)[0]  # no padding at all
         assert together[b, : len(alone)].tolist() == alone.tolist()
 
 
@@ -206,9 +206,7 @@ def test_tiny_transformer_equals_nn_transformer_with_the_same_weights():
     torch.manual_seed(1)
     sv, tv = source_vocab(), target_vocab()
     model = (
-        TinyTransformer(
-            len(sv), len(tv), d_model=12, num_heads=4, d_ff=20, num_encoder_layers=2, num_decoder_layers=2
-        )
+        TinyTranslator(len(sv), len(tv), d_model=12, num_heads=4, d_ff=20, num_layers=2, pad_id=PAD)
         .double()
         .eval()
     )
@@ -225,21 +223,21 @@ def test_tiny_transformer_equals_nn_transformer_with_the_same_weights():
             tgt_key_padding_mask=tgt_in == PAD,
             memory_key_padding_mask=src == PAD,
         )
-        logits = model.generator(out)
+        logits = model.output_proj(out)
     real = tgt_in != PAD  # torch's fast paths may differ at padded positions only
     torch.testing.assert_close(logits[real], ours[real], atol=1e-10, rtol=1e-10)
 
 
 def test_tiny_transformer_decoder_is_causal():
     torch.manual_seed(2)
-    model = TinyTransformer(20, 15).double().eval()
+    model = TinyTranslator(20, 15, 32, 4, 64, 1, PAD).double().eval()
     src = torch.randint(3, 20, (2, 6))
     tgt = torch.randint(3, 15, (2, 7))
     changed = tgt.clone()
     changed[:, 4:] = torch.randint(3, 15, (2, 3))
     with torch.no_grad():
-        memory = model.encode(src)
-        before, after = model.decode(tgt, memory), model.decode(changed, memory)
+        memory, src_pad = model.encode(src), src != PAD
+        before, after = model.decode(tgt, memory, src_pad), model.decode(changed, memory, src_pad)
     torch.testing.assert_close(after[:, :4], before[:, :4])
     assert model.cross_weights[0].shape == (2, 4, 7, 6)
 
@@ -269,7 +267,7 @@ def test_training_is_deterministic_and_lowers_the_loss():
     runs = []
     for _ in range(2):
         torch.manual_seed(0)
-        model = TinyTransformer(len(sv), len(tv), d_model=16, num_heads=2, d_ff=32)
+        model = TinyTranslator(len(sv), len(tv), d_model=16, num_heads=2, d_ff=32, num_layers=1, pad_id=PAD)
         runs.append(train_translator(model, pairs, sv, tv, steps=12, batch_size=16, lr=1e-2))
     assert runs[0] == runs[1]
     assert np.mean(runs[0][-3:]) < np.mean(runs[0][:3])

@@ -15,16 +15,16 @@ Greedy decoding feeds the model its own most likely token, one step at a time, s
 from the beginning-of-sentence token, until every sentence of the batch has emitted the
 end-of-sentence token or ``max_len`` tokens were produced.
 
-The models take integer token ids (B, n), 0 being padding, and expose the interface that
-:func:`greedy_decode` uses: ``encode(src) -> memory`` and ``decode(tgt, memory) -> logits
-(B, n_tgt, vocab)``. :class:`TinyTransformer` is built from the chapter-5 layers;
-:class:`GRUTranslator` is the recurrent baseline, with or without attention over the
-encoder's states.
+:func:`greedy_decode` is written against the exercise's interface, ``encode(src) -> memory``
+and ``decode(tgt, memory) -> logits (B, n_tgt, vocab)``. The Transformer the chapter trains
+is the book's one encoder-decoder, ``grader.reference.seq2seq.TinyTranslator`` (chapter 8's,
+whose ``decode`` also takes the source padding); :class:`GRUTranslator` is the recurrent
+baseline, with or without attention over the encoder's states, with the same interface.
+:func:`translate_batch` decodes either.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,6 @@ import torch
 from torch import nn
 
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
-from grader.reference.transformer import DecoderLayer, EncoderLayer
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
@@ -251,106 +250,10 @@ def to_batch(
 
 
 # ---------------------------------------------------------------- the Transformer translator
-
-
-class TinyTransformer(nn.Module):
-    """An encoder-decoder Transformer from the chapter-5 layers (post-norm, no dropout).
-
-    Token embeddings (initialised with entries of size 1/sqrt(d_model)) are scaled by
-    sqrt(d_model) and added to the sinusoidal positional
-    encoding; a final linear layer maps the decoder's output to target-vocabulary logits.
-    ``decode`` keeps the cross-attention weights of each decoder layer in
-    ``self.cross_weights`` (a list of (B, h, n_tgt, n_src) tensors) for plotting.
-    """
-
-    def __init__(
-        self,
-        src_vocab: int,
-        tgt_vocab: int,
-        d_model: int = 32,
-        num_heads: int = 4,
-        d_ff: int = 64,
-        num_encoder_layers: int = 1,
-        num_decoder_layers: int = 1,
-        max_len: int = 64,
-    ) -> None:
-        super().__init__()
-        self.d_model = d_model
-        self.src_embed = nn.Embedding(src_vocab, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-        for embedding in (self.src_embed, self.tgt_embed):
-            # entries of size 1 / sqrt(d_model), so that after the sqrt(d_model) scaling in
-            # embed() they are of size 1, like the positional encoding's: with nn.Embedding's
-            # default N(0, 1) the positions would drown in the token vectors
-            nn.init.normal_(embedding.weight, std=d_model**-0.5)
-        pe = torch.from_numpy(positional_encoding(max_len, d_model)).float()
-        self.register_buffer("pe", pe, persistent=False)  # (max_len, d_model)
-        self.encoder_layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff) for _ in range(num_encoder_layers)
-        )
-        self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff) for _ in range(num_decoder_layers)
-        )
-        self.generator = nn.Linear(d_model, tgt_vocab)
-        self.cross_weights: list[torch.Tensor] = []
-
-    def embed(self, embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-        """ids (B, n) -> embedding * sqrt(d_model) + PE, (B, n, d_model)."""
-        x = embedding(ids) * math.sqrt(self.d_model)  # (B, n, d_model)
-        return x + self.pe[: ids.shape[1]].to(x.dtype)  # (B, n, d_model)
-
-    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """src (B, n_src) -> memory: (states (B, n_src, d_model), source padding mask (B, n_src))."""
-        pad = src != PAD  # (B, n_src), True = real token
-        x = self.embed(self.src_embed, src)
-        for layer in self.encoder_layers:
-            x = layer(x, pad)  # (B, n_src, d_model)
-        return x, pad
-
-    def decode(self, tgt: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """tgt (B, n_tgt) -> logits (B, n_tgt, tgt_vocab); position t sees tgt[:, :t+1] only."""
-        states, src_pad = memory
-        y = self.embed(self.tgt_embed, tgt)  # (B, n_tgt, d_model)
-        self.cross_weights = []
-        for layer in self.decoder_layers:
-            y, weights = layer(y, states, tgt != PAD, src_pad)  # weights (B, h, n_tgt, n_src)
-            self.cross_weights.append(weights.detach())
-        return self.generator(y)  # (B, n_tgt, tgt_vocab)
-
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: logits (B, n_tgt, tgt_vocab) for every position at once."""
-        return self.decode(tgt_in, self.encode(src))
-
-
-def to_torch_transformer(model: TinyTransformer) -> nn.Transformer:
-    """``nn.Transformer`` (batch_first, post-norm, dropout 0) with the weights of ``model``.
-
-    ``nn.Transformer`` ends each stack with an extra LayerNorm that our model does not
-    have; they are removed (set to None), so that it computes the same function of the
-    embedded inputs. Call it with masks in torch's convention (True = ignore).
-    """
-    from grader.reference.transformer import to_torch_decoder_layer, to_torch_encoder_layer
-
-    first = model.encoder_layers[0]
-    weight = first.self_attn.W_q.weight
-    theirs = nn.Transformer(
-        d_model=model.d_model,
-        nhead=first.self_attn.num_heads,
-        num_encoder_layers=len(model.encoder_layers),
-        num_decoder_layers=len(model.decoder_layers),
-        dim_feedforward=first.ff[0].out_features,
-        dropout=0.0,
-        batch_first=True,
-        norm_first=False,
-        device=weight.device,
-        dtype=weight.dtype,
-    )
-    theirs.encoder.layers = nn.ModuleList(to_torch_encoder_layer(x) for x in model.encoder_layers)
-    theirs.decoder.layers = nn.ModuleList(to_torch_decoder_layer(x) for x in model.decoder_layers)
-    theirs.encoder.norm = None
-    theirs.decoder.norm = None
-    theirs.encoder.enable_nested_tensor = theirs.encoder.use_nested_tensor = False  # a prototype path
-    return theirs
+#
+# The book's one encoder-decoder Transformer is ``grader.reference.seq2seq.TinyTranslator``: the
+# class chapter 8 has the learner assemble (``output_proj`` and the rest of its names are the
+# learner's), trained here in chapter 6 and drawn by ``book_figures.draw_transformer``.
 
 
 # ---------------------------------------------------------------- the recurrent baselines
@@ -373,8 +276,9 @@ class GRUTranslator(nn.Module):
         self.tgt_embed = nn.Embedding(tgt_vocab, hidden)
         self.encoder = nn.GRU(hidden, hidden, batch_first=True)
         self.decoder = nn.GRU(hidden, hidden, batch_first=True)
-        self.generator = nn.Linear(2 * hidden if attention else hidden, tgt_vocab)
+        self.output_proj = nn.Linear(2 * hidden if attention else hidden, tgt_vocab)
         self.attention_weights: torch.Tensor | None = None
+        self.pad_id = PAD
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """src (B, n_src) -> (states (B, n_src, hidden), last state (1, B, hidden), pad (B, n_src))."""
@@ -385,17 +289,23 @@ class GRUTranslator(nn.Module):
         return states, final[None], pad
 
     def decode(
-        self, tgt: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+        self,
+        tgt: torch.Tensor,
+        memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        src_pad: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """tgt (B, n_tgt) -> logits (B, n_tgt, tgt_vocab), reading tgt left to right."""
+        """tgt (B, n_tgt) -> logits (B, n_tgt, tgt_vocab), reading tgt left to right.
+
+        ``src_pad`` is accepted for the interface of ``TinyTranslator.decode`` (the decoding
+        loops pass it); the memory already holds the source padding."""
         states, final, pad = memory
         s, _ = self.decoder(self.tgt_embed(tgt), final)  # (B, n_tgt, hidden)
         if not self.attention:
-            return self.generator(s)  # (B, n_tgt, tgt_vocab)
+            return self.output_proj(s)  # (B, n_tgt, tgt_vocab)
         mask = pad[:, None, :]  # (B, 1, n_src): hide the source padding from every step
         context, weights = scaled_dot_product_attention_torch(s, states, states, mask)  # (B, n_tgt, hidden)
         self.attention_weights = weights.detach()  # (B, n_tgt, n_src)
-        return self.generator(torch.cat([s, context], dim=-1))  # (B, n_tgt, tgt_vocab)
+        return self.output_proj(torch.cat([s, context], dim=-1))  # (B, n_tgt, tgt_vocab)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt_in, self.encode(src))
@@ -451,12 +361,19 @@ def translate_batch(
     tgt_vocab: Vocab,
     max_len: int = 40,
 ) -> list[list[str]]:
-    """Greedy translations of English token lists (one padded batch)."""
+    """Greedy translations of English token lists (one padded batch).
+
+    ``model`` has encode(src), decode(tgt, memory, src_pad) and pad_id, as ``TinyTranslator``
+    and :class:`GRUTranslator` do; the loop is chapter 8's plain (uncached) one, which is
+    chapter 6's :func:`greedy_decode` with the source padding passed to ``decode``.
+    """
+    from grader.reference.seq2seq import greedy_decode as greedy_decode_with_padding  # seq2seq imports us
+
     n = max(len(s) for s in sentences)
     src = torch.full((len(sentences), n), PAD, dtype=torch.long)
     for b, s in enumerate(sentences):
         src[b, : len(s)] = torch.tensor(src_vocab.encode(s))
-    ids = greedy_decode(model, src, max_len, BOS, EOS)  # (B, T)
+    ids = greedy_decode_with_padding(model, src, max_len, BOS, EOS)  # (B, T)
     return [tgt_vocab.decode(row) for row in ids]
 
 
