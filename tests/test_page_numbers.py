@@ -137,6 +137,7 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
         ("each run smoothed over 10 steps", CODE),
         ("is $1/\\sqrt{d}$ with scaling and 1 without", DEFINITION),  # the scale of raw scores
         ("(the 75th percentile)", DEFINITION),
+        ("values below $10$ drawn on the lower edge", DEFINITION),  # the figure's floor, 10^{-12}
     ],
     "chapters/03_scaled_dot_product/masks.md": [
         ("such as $-10$ instead of", EXAMPLE),  # -10^9
