@@ -2,9 +2,11 @@
 
 :func:`read_notebook` opens only a regular file (``safe_open.open_regular``: no symlink, no
 FIFO), refuses one over :data:`~grader.autograde.folder_walk.MAX_NOTEBOOK_BYTES` before and
-while reading it, and one of more than :data:`MAX_CELLS` cells right after parsing it (the
-largest source notebook has 43; 300,000 empty cells would cost nbgrader's preprocessors
-many seconds, holding up every submission behind it), and checks the JSON's structure;
+while reading it, and one of more than :data:`MAX_CELLS` cells (the largest source notebook
+has 43; 300,000 empty cells would cost nbgrader's preprocessors many seconds, holding up
+every submission behind it): before parsing when the bytes ``"cell_type"`` occur more often
+than that (milliseconds), else right after parsing (a key spelt with escapes; the parse is
+bounded by the size limit), and checks the JSON's structure;
 anything it cannot use is an :class:`InvalidNotebook` whose message says why (it becomes
 the submission's ``invalid`` row or a note).
 """
@@ -42,6 +44,9 @@ def read_notebook(path: Path) -> NotebookNode:
         raw = handle.read(MAX_NOTEBOOK_BYTES + 1)
     if len(raw) > MAX_NOTEBOOK_BYTES:
         raise InvalidNotebook(f"{path.name} grew over the 50 MB limit while it was read")
+    if raw.count(b'"cell_type"') > MAX_CELLS:  # every cell names its type: refused unparsed, in ms
+        raise InvalidNotebook(f"{path.name} has more than {MAX_CELLS:,} cells, over the limit of "
+                              f"{MAX_CELLS:,} cells for one notebook")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

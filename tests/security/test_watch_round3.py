@@ -328,5 +328,24 @@ def test_a_notebook_of_300000_cells_is_refused_quickly_and_holds_up_no_classmate
     held = time.monotonic() - started
     hog_result = watch.wait_for(lambda: _result(watch, "hog"), "hog's result")
     print(f"\nclassmate's feedback: {held:.2f} s beside a 300,000-cell notebook, {alone:.2f} s alone")
-    assert hog_result["status"] == "invalid" and "300,000 cells" in hog_result["message"], hog_result
+    assert hog_result["status"] == "invalid" and "2,000 cells" in hog_result["message"], hog_result
     assert held < alone + 4.0, (held, alone)
+
+
+def test_the_cell_bound_holds_for_keys_spelt_with_escapes(tmp_path):
+    """The fast count of ``"cell_type"`` can be dodged by an escaped key; the bound after the
+    parse still refuses the notebook (and an ordinary notebook passes both)."""
+    from grader.autograde.notebook_file import MAX_CELLS, InvalidNotebook, read_notebook
+
+    cell = '{"cell\\u005ftype": "raw", "metadata": {}, "source": ""}'
+    path = tmp_path / "escaped.ipynb"
+
+    def notebook(cells: int) -> str:
+        tail = '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+        return '{"cells": [' + ", ".join([cell] * cells) + tail
+
+    path.write_text(notebook(MAX_CELLS + 1))
+    with pytest.raises(InvalidNotebook, match=f"has {MAX_CELLS + 1:,} cells, over the limit"):
+        read_notebook(path)
+    path.write_text(notebook(40))
+    assert len(read_notebook(path).cells) == 40
