@@ -35,7 +35,9 @@ STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 
 
 def nbgrader_metadata(cell: NotebookNode) -> dict:
-    meta = cell.get("metadata", {}).get("nbgrader")
+    """The cell's nbgrader metadata, or {} (a submitted cell's metadata may be anything)."""
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
     return meta if isinstance(meta, dict) else {}
 
 

@@ -136,6 +136,10 @@ def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, li
                     report.skipped.append(Skip(assignment.name, exercise.label, student,
                                                f"the submission is {why} to be compared"))
                     continue
+                except Exception as exc:  # a shape no one foresaw: this one is listed, the rest go on
+                    report.skipped.append(Skip(assignment.name, exercise.label, student,
+                                               f"could not be compared ({type(exc).__name__})"))
+                    continue
                 entries[exercise.label].append(entry)
                 report.notes += [Skip(assignment.name, exercise.label, student, note)
                                  for note in seen[(exercise.label, entry.source)][1]]

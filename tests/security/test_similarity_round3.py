@@ -10,7 +10,8 @@ solutions and the course's, each with a scratch cell of its own added):
 - size: one 186,000-character cell of assignments (the pairwise reordering took minutes);
 - hiding: a copy moved into an added cell (only solution cells were read), into one whose
   metadata claims it is a locked test, into another exercise's cell, and a copy padded with
-  a dead ``np.shape(Q)`` (and ``Q.shape``, ``len(Q)``) after every statement.
+  a dead ``np.shape(Q)`` (and ``Q.shape``, ``len(Q)``) after every statement, and a copy in a
+  notebook whose cells' metadata are lists, not dicts (no grade id can be read).
 
 The report must come out, list each nested one as not compared with the reason, read the
 big cell within seconds, find every hidden copy, and still flag no honest pair. It reads the
@@ -52,7 +53,8 @@ NOBODY = 65534
 JACOBIAN = "softmax_jacobian"
 HONEST = {f"indep{n:02d}": code for n, code in enumerate(INDEPENDENT, start=1)} | {"course": COURSE}
 # who copied whom, and how it was hidden
-COPIES = {"mover": "course", "mover_locked": "indep02", "mover_other": "indep03", "padded": "indep06"}
+COPIES = {"mover": "course", "mover_locked": "indep02", "mover_other": "indep03", "padded": "indep06",
+          "badmeta": "course"}
 NESTED = ["deepjson", "deepparens", "deepplus", "deepminus", "deeplambda", "deepread"]
 BIG_CELL_CHARACTERS = 186_000
 
@@ -135,6 +137,11 @@ def build_class(submitted: Path) -> None:
     deep = json.dumps(text).replace('"HERE"', "[" * 5_000 + "]" * 5_000)
     (submitted / "deepjson" / CH3).mkdir(parents=True)
     (submitted / "deepjson" / CH3 / f"{CH3}.ipynb").write_text(deep, encoding="utf-8")
+    text = json.loads(nbformat.writes(_notebook(CH3, SDPA, COURSE)))
+    for cell in text["cells"]:
+        cell["metadata"] = ["not", "a", "dict"]  # no grade id anywhere: every cell is the learner's
+    (submitted / "badmeta" / CH3).mkdir(parents=True)
+    (submitted / "badmeta" / CH3 / f"{CH3}.ipynb").write_text(json.dumps(text), encoding="utf-8")
 
 
 def _chown_tree(root: Path, uid: int) -> None:
