@@ -101,3 +101,17 @@ def test_the_audit_check_sees_missing_names(tmp_path, monkeypatch):
         "'c': `claim-p-gone` is not in p.md (nor a file of the repository)",
         "'c': `glue:p-other` is not in p.md (nor a file of the repository)",
     ]
+
+
+def test_make_book_runs_the_checks_of_numbers_and_claims_after_building():
+    """``make book`` fails when a built page's digits or recorded claims do not hold."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    checks = re.search(r"^BOOK_CHECKS := (.+)$", makefile, re.M)
+    assert checks, "the Makefile names no BOOK_CHECKS"
+    files = checks.group(1).split()
+    assert {"tests/test_page_numbers.py", "tests/test_book_claims.py"} <= set(files), files
+    assert all((ROOT / name).exists() for name in files), files
+    recipe = re.search(r"^book: .*?(?=^\S)", makefile, re.M | re.S).group(0)
+    build, check = recipe.find("jupyter-book build"), recipe.find("$(BOOK_CHECKS)")
+    assert 0 <= build < check, "the book target must run $(BOOK_CHECKS) after jupyter-book build"
+    assert 'ATTENTION_BOOK_HTML="$(CURDIR)/_build/html"' in recipe[build:check + 20]
