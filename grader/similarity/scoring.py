@@ -25,6 +25,7 @@ in the same twenty lines are pairs, however many they are.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ COMMON_FLOOR = 5
 MIN_SHARED = 4
 LONG_MATCH = 20
 MAX_SHOWN, MAX_REPEATS = 2000, 4  # matching lines: fingerprints grown, and places of each
+GROWTH_PER_TOKEN = 32  # matching lines: tokens stepped over in all, per token of the two cells
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ def clusters(n: int, pairs: Sequence[Pair]) -> list[list[int]]:
 
 
 def _extend(a: Fingerprints, b: Fingerprints, i: int, j: int, k: int) -> tuple[int, int]:
-    """The longest run of equal own tokens through a[i:i+k] == b[j:j+k]: (start in a, length)."""
+    """The longest run of equal own tokens through a[i:i+k] == b[j:j+k]: (start in a, length).
+    Its cost is the run's length."""
     start, end = i, i + min(k, len(a.tokens) - i, len(b.tokens) - j)  # a short cell is one k-gram
     while (start > 0 and start - i + j > 0 and a.own[start - 1] and b.own[start - 1 - i + j]
            and a.tokens[start - 1] == b.tokens[start - 1 - i + j]):
@@ -177,19 +180,32 @@ def matching_lines(a: Fingerprints, b: Fingerprints, counted: set[int],
     longest run of equal tokens around it, never into code the learner was given. Returns,
     for each cell, line -> region number: regions are numbered in the order of the first
     cell, so that both sides can be coloured alike.
+
+    The cost is linear in the cells' length: at most MAX_SHOWN x MAX_REPEATS² places are
+    grown, the runs of one offset are disjoint (each is maximal), so a place inside one is
+    found by bisection, and growing stops once GROWTH_PER_TOKEN steps per token are spent
+    (the page then shows fewer matching lines, never more).
     """
     runs: list[tuple[int, int, int]] = []  # (start in a, start in b, length)
-    by_offset: dict[int, list[tuple[int, int]]] = {}  # j - i -> (start, length) of its runs
+    by_offset: dict[int, tuple[list[int], list[int]]] = {}  # j - i -> (starts, lengths), sorted
     shared = sorted((f for f in a.positions if f in b.positions and f in counted),
                     key=lambda f: a.positions[f][0])
+    budget = GROWTH_PER_TOKEN * (len(a.tokens) + len(b.tokens))
     for f in shared[:MAX_SHOWN]:  # a cell of one line repeated thousands of times costs no more
         for i in a.positions[f][:MAX_REPEATS]:
             for j in b.positions[f][:MAX_REPEATS]:
-                if any(s <= i < s + n for s, n in by_offset.get(j - i, ())):
+                starts, lengths = by_offset.setdefault(j - i, ([], []))
+                at = bisect.bisect_right(starts, i) - 1
+                if at >= 0 and i < starts[at] + lengths[at]:
                     continue  # inside a run already found
+                if budget <= 0:
+                    break
                 start, length = _extend(a, b, i, j, k)
+                budget -= length
                 runs.append((start, start - i + j, length))
-                by_offset.setdefault(j - i, []).append((start, length))
+                at = bisect.bisect_left(starts, start)
+                starts.insert(at, start)
+                lengths.insert(at, length)
     runs.sort()
     code_lines = a.code_lines
     lines_a: dict[int, int] = {}
