@@ -89,6 +89,8 @@ def write_config(out: Path, db_url: str, course_id: str | None = None,
     if exchange is not None:
         lines.append(f"c.Exchange.root = {str(exchange.resolve())!r}")
     lines.append(f"c.GenerateFeedback.preprocessors = {FEEDBACK_PREPROCESSORS!r}")
+    # nbgrader chmods each page it writes (644 unless told): as private as OUT's own files
+    lines.append(f"c.GenerateFeedback.permissions = {permissions.file_mode():o}")
     write_atomically(path, "\n".join(lines) + "\n")
     return path
 

@@ -46,6 +46,7 @@ def hostile_markdown() -> list[str]:
         f'An answer. <img src="x" onerror="{payload("img")}">',
         f"<script>{payload('script')}</script>",
         f"[click here](javascript:{payload('link')}) or [here](jav&#97;script:{payload('entity')})",
+        f"[a plain link](javascript:document.title='{MARKER}-plain';window.pwned='plain')",
         f'<svg xmlns="http://www.w3.org/2000/svg" onload="{payload("svg")}"><circle r="5"/></svg>',
         f'<iframe srcdoc="<script>{payload("iframe")}</script>"></iframe>',
         f"<details open ontoggle=\"{payload('details')}\"><summary>more</summary></details>",
