@@ -321,13 +321,14 @@ def test_summary_counts_are_grades_csvs(course):
     assert _csv_counts(course["out"])["invalid"] == 1 and _csv_counts(course["out"])["timeout"] == 1
 
 
-def test_output_files_follow_the_umask(course):
+def test_output_files_are_private_under_umask_022(course):
+    """OUT is the instructor's alone (grader/autograde/permissions.py); test_out_private holds every path."""
     out = course["out"]
     for path in [out / "grades.csv", out / "ann" / A / "results.json", out / "ann" / A / "feedback.html",
                  out / "autograded" / "ann" / A / f"{A}.ipynb", out / "feedback" / "ann" / A / f"{A}.html",
-                 out / "source" / A / f"{A}.ipynb", out / "nbgrader_config.py"]:
-        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
-    assert stat.S_IMODE((out / "ann" / A).stat().st_mode) == 0o755
+                 out / "source" / A / f"{A}.ipynb", out / "nbgrader_config.py", out / "gradebook.db"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE((out / "ann" / A).stat().st_mode) == 0o700
 
 
 def test_reruns_retry_a_timeout_once_then_keep_it(course, tmp_path):
@@ -350,9 +351,9 @@ def test_reruns_retry_a_timeout_once_then_keep_it(course, tmp_path):
     loop = json.loads((out / "loop" / A / "results.json").read_text())
     assert loop["status"] == "timeout" and loop["attempts"] == 2
     assert _summary_counts(second.stdout) == _csv_counts(out)
-    assert stat.S_IMODE((out / "grades.csv").stat().st_mode) == 0o640  # 600 by the umask, + g+r
+    assert stat.S_IMODE((out / "grades.csv").stat().st_mode) == 0o640  # the group's, whatever the umask
     assert stat.S_IMODE((out / "loop" / A / "results.json").stat().st_mode) == 0o640
-    assert stat.S_IMODE((out / "loop" / A).stat().st_mode) & 0o050 == 0o050
+    assert stat.S_IMODE((out / "loop" / A).stat().st_mode) == 0o750
     third = autograde(*command)
     assert third.returncode == 0 and third.stdout.startswith("0 graded, 2 unchanged (kept)"), third.stdout
     assert _summary_counts(third.stdout) == _csv_counts(out)
