@@ -18,7 +18,8 @@ opens the file get text and pictures only, whichever renderer they use:
   Every field a template prints is given its type (a stream's name, an execution count,
   an image's width and height as integers), since nbconvert's templates print some of them
   unescaped.
-- cell metadata keeps only ``nbgrader``; attachments only PNG and JPEG; notebook metadata
+- cell metadata keeps only ``nbgrader``; attachments only PNG and JPEG (a reference to one
+  that is gone no longer reads as one, or nbconvert would refuse the notebook); notebook metadata
   only the kernel's and language's names (no ``widgets`` state, whose presence makes
   nbconvert load widget code).
 
@@ -43,7 +44,8 @@ ZWSP = "\u200b"
 KEPT_TYPES = ("text/plain", "image/png", "image/jpeg")
 ENTITY_ROUNDS = 8
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
-_ENTITY = re.compile(r"&(?=#[0-9]|#[xX][0-9A-Fa-f]|[A-Za-z][A-Za-z0-9]*;?)")
+_ENTITY = re.compile(r"&(?=#[0-9]|#[xX][0-9A-Fa-f]|[A-Za-z][A-Za-z0-9]*;)")
+_ATTACHMENT = re.compile(r"attachment:([^\s()\"'<>]*)")
 _SPACE = r"[\s\x00-\x1f]*"
 _SCHEME = re.compile("|".join(_SPACE.join(word) for word in ("javascript", "vbscript"))
                      + rf"(?={_SPACE}\\?:)", re.IGNORECASE)  # fmt: skip
@@ -67,8 +69,8 @@ def inert_text(text: Any) -> str:
 
 
 def make_inert(nb: NotebookNode) -> list[str]:
-    """Rewrite ``nb`` in place as data (see the module's docstring); return what was removed,
-    one phrase per kind ("a text/html output", ...), for a note."""
+    """Rewrite ``nb`` in place as data (see the module's docstring); return the kinds of
+    what was removed (``text/html``, ``output type 'x'``, ``attachment``), each once."""
     removed: list[str] = []
     nb.metadata = from_dict(_notebook_metadata(nb.get("metadata", {})))
     seen: set[str] = set()
@@ -87,9 +89,18 @@ def make_inert(nb: NotebookNode) -> list[str]:
                             if o is not None]  # fmt: skip
         else:  # markdown, raw, or a type nbgrader let through: shown as text either way
             cell.source = inert_text(cell.get("source", ""))
+            kept = _attachments(cell.get("attachments", {}), removed)
             if "attachments" in cell:
-                cell.attachments = from_dict(_attachments(cell.attachments, removed))
+                cell.attachments = from_dict(kept)
+            # nbconvert refuses a whole notebook whose markdown names a missing attachment
+            cell.source = _unlink_missing(cell.source, set(kept))
     return sorted(set(removed))
+
+
+def _unlink_missing(text: str, kept: set[str]) -> str:
+    """``attachment:NAME`` of an attachment not kept, made plain text."""
+    return _ATTACHMENT.sub(lambda m: m.group() if m.group(1) in kept
+                           else f"attachment{ZWSP}:{m.group(1)}", text)  # fmt: skip
 
 
 def _notebook_metadata(meta: Any) -> dict[str, Any]:
@@ -120,7 +131,7 @@ def _output(output: Any, removed: list[str]) -> dict[str, Any] | None:
                 "evalue": _string(output.get("evalue", "")),
                 "traceback": [_string(line) for line in traceback] if isinstance(traceback, list) else []}
     if kind not in ("execute_result", "display_data"):
-        removed.append(f"an output of type {str(kind)[:40]!r}")
+        removed.append(f"output type {str(kind)[:40]!r}")
         return None
     data = output.get("data", {}) if isinstance(output.get("data"), dict) else {}
     kept: dict[str, Any] = {}
@@ -138,7 +149,7 @@ def _output(output: Any, removed: list[str]) -> dict[str, Any] | None:
         else:
             dropped.append(mime[:60])
     if dropped:
-        removed += [f"a {mime} output" for mime in dropped]
+        removed += dropped
         note = f"[not shown: {', '.join(sorted(dropped))} (OUT keeps text and PNG/JPEG images only)]"
         kept["text/plain"] = f"{kept['text/plain']}\n{note}" if "text/plain" in kept else note
     result = {"output_type": kind, "data": kept, "metadata": metadata}
@@ -178,7 +189,7 @@ def _attachments(attachments: Any, removed: list[str]) -> dict[str, Any]:
         safe = {m: _string(v) for m, v in (bundle.items() if isinstance(bundle, dict) else [])
                 if m in ("image/png", "image/jpeg") and _image(v)}  # fmt: skip
         if len(safe) != (len(bundle) if isinstance(bundle, dict) else -1):
-            removed.append("an attachment that is not a PNG or JPEG image")
+            removed.append("attachment")
         if safe and re.fullmatch(r"[\w.-]{1,100}", str(name)):
             kept[str(name)] = safe
     return kept
