@@ -5,7 +5,8 @@ gradebook, so by default only its owner may read it: folders 0700, files 0600, w
 umask says. With ``--group-readable`` (a TA group reads OUT, and formgrader runs as one of
 them) folders are 0750 and files 0640: the group reads, others never do. The group itself
 is the folder's: give OUT to the TA group once with ``chgrp ta OUT && chmod g+s OUT`` and
-everything below inherits it (the set-group-ID bit of a folder is kept).
+everything below inherits it (the set-group-ID bit of a folder is kept, and so is a group
+write bit given by hand, as to the gradebook and its folder for a TA who grades in formgrader).
 
 Three layers hold the rule: every file the grader writes gets :func:`file_mode`
 (``reports.write_atomically``) and every folder it makes :func:`folder_mode`
@@ -122,10 +123,12 @@ def _restrict(fd: int) -> int:
     info = os.fstat(fd)
     if info.st_uid != os.geteuid():
         return 0
+    # shared: a group write the instructor gave (a TA grading by hand writes the gradebook) stays
+    kept = info.st_mode & stat.S_IWGRP if _state["group_readable"] else 0
     if stat.S_ISDIR(info.st_mode):
-        mode = folder_mode() | (info.st_mode & stat.S_ISGID)
+        mode = folder_mode() | kept | (info.st_mode & stat.S_ISGID)
     elif stat.S_ISREG(info.st_mode):
-        mode = file_mode()
+        mode = file_mode() | kept
     else:
         return 0
     if stat.S_IMODE(info.st_mode) == mode:
