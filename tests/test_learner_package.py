@@ -217,6 +217,46 @@ def test_shipped_values_name_the_classic_bug(no_instructor):
     assert "largest error" in message and "not divided by sqrt(d_k)" in message
 
 
+def _encoding_of_base_10(n, d_model):
+    angles = np.arange(n)[:, None] / 10.0 ** (np.arange(0, d_model, 2) / d_model)  # the bug: base 10
+    pe = np.zeros((n, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angles), np.cos(angles[:, : d_model // 2])
+    return pe
+
+
+class _CacheNeverStored:
+    """append returns the cached chunk with the new one but never stores it."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+            return self.k, self.v
+        return torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)
+
+
+@pytest.mark.parametrize("exercise,learner,named", [
+    ("positional_encoding", _encoding_of_base_10, "a base of 10 instead of 10000"),
+    ("KVCache", _CacheNeverStored, "the cache was not updated"),
+])
+def test_bugs_the_hints_used_to_model_are_named_from_the_shipped_outputs(no_instructor, exercise, learner,
+                                                                         named):
+    """The package holds no model of these bugs any more (a model was one argument from the
+    answer); the grader's classic bugs' outputs on the visible case are shipped, so a local
+    check still names them."""
+    assert any(named in d for shipped in shipped_data.load_exercise(exercise).values()
+               for d, _ in shipped.bugs)
+    with pytest.raises(AssertionError) as failure:
+        learner_checks.check(exercise, learner, seed=1)
+    bug_line = next(line for line in str(failure.value).splitlines() if line.startswith("This looks like"))
+    assert named in bug_line, str(failure.value)
+
+
 def test_a_case_that_is_not_shipped_says_so(no_instructor):
     with pytest.raises(learner_checks.NoExpectedValues, match="not one of the visible test cases"):
         learner_checks.check("scaled_dot_product_attention", _unscaled_attention, seed=999, n_q=2)
