@@ -188,9 +188,9 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
     "chapters/06_tiny_translator/positions.md": [
         ("a sentence of 7 token vectors", CODE),
         ("\\omega = 10000", PAPER),  # Vaswani et al. (2017), section 3.5
-        ("$2\\pi \\cdot 10000$", PAPER),
         ("frequency 10000^(-2i/32)", PAPER),
-        ("down to $1/10000$", PAPER),
+        ("approach $1/10000$", PAPER),  # the limit of the slowest frequency, glued at d = 32
+        ("down to $10000$", PAPER),  # 10000^(-(d - 2)/d) as the text check reads it
         ("$2\\pi \\approx 6.3$", DEFINITION),
         ("one period every 6.3 positions", DEFINITION),
         ("the encoding of 64 positions (rows) in 32 features", CODE),
@@ -253,14 +253,13 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
     "chapters/07_attention_at_scale/kv_cache.md": [
         ("float32 with $d = 256$ and 4 heads", CODE),
         ("float32, d_model = 256, 4 heads", CODE),
-        ("the position t from 32 to 512", CODE),
         ("12 layers of width 768 in float32", CODE),
         ("(the shape of GPT-2 small,", PAPER),  # Radford et al. (2019)
         ("32 layers of width 4096 in 16-bit floats", CODE),
         ("(the shape of a 7-billion-parameter model such as Llama 2 7B,", PAPER),  # Touvron et al. (2023)
         ("for 4096 tokens", CODE),
-        ("| 12 layers, width 768, float32 |", CODE),
-        ("| 32 layers, width 4096, 16-bit |", CODE),
+        ("12 layers, width 768, float32:", CODE),
+        ("32 layers, width 4096, 16-bit:", CODE),
         ("(batch 1, 4 heads, 512 tokens, $d = 64$, float32)", CODE),
         ("blocks of 128", CODE),
     ],
