@@ -3,10 +3,11 @@ a case's tolerance: the pieces the hints of chapters 6 and 7 say where a failure
 
 The hints compute no bug's output from the case's inputs: such a model is one change from
 the answer (the right positions, a cache that keeps every chunk), and the package would hold
-that answer (greedy decoding's hints decide from the returned ids, never by decoding). Each classic bug is the grader's (``grader.exercises.ch06``, ``ch06_bugs`` and
-``ch07``), which computes its outputs on a case's inputs in the parent, and the package ships
-those outputs for the visible cases only; the judge names the bug an output matches. What is
-left here only compares and locates.
+that answer (greedy decoding's hints decide from the returned ids, never by decoding). Each
+classic bug is the grader's (``grader.exercises.ch06``, ``ch06_bugs`` and ``ch07``), which
+computes its outputs on a case's inputs in the parent, and the package ships those outputs
+for the visible cases only; the judge names the bug an output matches. What is left here
+only compares and locates.
 """
 
 from __future__ import annotations
