@@ -16,6 +16,7 @@ import operator
 import pickle
 import sys
 
+import nbformat
 import numpy as np
 import pytest
 import torch
@@ -26,6 +27,9 @@ from attention_learner.blocks import GivenMultiHeadAttention, given_attention
 from attention_learner.checks import check
 from grader.autograde.child_report import MAX_REACHED, CellReport, Record, _record
 from grader.autograde.delegation import Delegation, analyse
+from grader.autograde.scoring import delegation_of
+from grader.paths import SOLUTIONS
+from tests.notebook_runner import grade_id, solved_notebook, source_notebook
 
 Q = torch.randn(2, 3, 4, dtype=torch.float64)  # (B, n, d)
 
@@ -90,9 +94,9 @@ def test_backward_inside_the_jacobian_is_the_delegation():
         torch.softmax(z, -1)[0].backward()
         return z.grad
 
-    assert "autograd's engine (a backward pass)" in reached("softmax_jacobian", lambda: jacobian_by_backward(p))
-    assert "autograd's engine (a backward pass)" in reached("softmax_jacobian",
-                                                             lambda: jacobian_by_tensor_backward(p))
+    engine = "autograd's engine (a backward pass)"
+    assert engine in reached("softmax_jacobian", lambda: jacobian_by_backward(p))
+    assert engine in reached("softmax_jacobian", lambda: jacobian_by_tensor_backward(p))
     assert "torch.func.jacrev" in reached("softmax_jacobian", lambda: torch.func.jacrev(torch.exp)(Q[0, 0]))
     assert reached("softmax_jacobian", lambda: np.diag(p) - np.outer(p, p)) == []
     # elsewhere a backward pass is no delegation: chapter 3's tests differentiate the output
@@ -190,7 +194,8 @@ HONEST_SOFTMAX = ("def softmax(z, axis=-1):\n    e = np.exp(z - z.max(axis, keep
 
 
 def test_an_added_cell_that_redefines_the_exercise_is_read():
-    added = "import torch\ndef softmax(z, axis=-1):\n    return torch.softmax(torch.as_tensor(z), axis).numpy()\n"
+    added = ("import torch\ndef softmax(z, axis=-1):\n"
+             "    return torch.softmax(torch.as_tensor(z), axis).numpy()\n")
     found = analyse({"softmax": HONEST_SOFTMAX}, [SETUP], editable={"added cell 9": added})
     assert "torch.softmax" in found.named["softmax"]
     scratch = "print(torch.softmax(torch.ones(3), 0), softmax(np.ones(3)))\n"  # a comparison, no answer
@@ -242,10 +247,32 @@ def test_dynamic_binding_anywhere_editable_is_sent_to_review(code, why):
 def test_honest_code_is_not_sent_to_review():
     code = ("import math\nfrom functools import partial\nx = getattr(F, 'relu')\n"
             "class M(torch.nn.Module):\n    def forward(self, x):\n        return x.softmax(-1)\n")
-    assert analyse({"dot_scores": code}, [SETUP], editable={"added cell 3": "print(np.ones(2))\n"}).review == []
+    scratch = {"added cell 3": "print(np.ones(2))\n"}
+    assert analyse({"dot_scores": code}, [SETUP], editable=scratch).review == []
 
 
 def test_a_base64_payload_of_the_attack_is_still_flagged():
     payload = base64.b64encode(b"ctorch\nsoftmax\n.").decode()
     code = f"import base64, pickle\nf = pickle.loads(base64.b64decode('{payload}'))\n"
     assert any("pickle.loads" in r for r in analyse({}, [SETUP], editable={"added cell 1": code}).review)
+
+
+# ---------------------------------------------------------------- which cells are editable
+
+
+@pytest.mark.parametrize("assignment", sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir()))
+def test_an_honest_notebook_of_every_chapter_is_charged_with_nothing(assignment):
+    found = delegation_of(solved_notebook(assignment), source_notebook(assignment))
+    assert found.named == {} and found.review == [], found
+
+
+def test_an_added_cell_of_a_submission_is_read_and_a_restored_test_cell_is_not():
+    nb = solved_notebook("02_queries_keys_values")
+    index = next(i for i, c in enumerate(nb.cells) if grade_id(c) == "softmax")
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell("import torch\nsoftmax = torch.softmax\n"))
+    found = delegation_of(nb, source_notebook("02_queries_keys_values"))
+    assert set(found.named) == {"softmax"} and "torch.softmax" in found.named["softmax"]
+    forged = nbformat.from_dict(solved_notebook("02_queries_keys_values"))
+    setup = next(c for c in forged.cells if grade_id(c) == "setup")
+    setup.source += "\nimport pickle\n"  # a locked cell that is not the source's: read as editable
+    assert any("pickle" in r for r in delegation_of(forged, source_notebook("02_queries_keys_values")).review)

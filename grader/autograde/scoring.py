@@ -80,15 +80,19 @@ def delegation_of(submitted: NotebookNode, source: NotebookNode,
     """What the submission's editable cells hand to an implementation of their own exercise
     (``delegation.py``), read against the source's locked cells; with the child's ``report``,
     also what its test cells' checks reached at run time. Editable: the solution cells and
-    every other code cell but a copy of one of the source's locked or test cells."""
+    every other code cell but the source's test cells (sanitizing restored them, and their
+    hidden part is not in the learner's copy) and copies of its other locked cells."""
     solutions = {c.metadata.nbgrader["grade_id"]: c.source for c in submitted.cells
                  if c.cell_type == "code" and nbgrader_meta(c).get("solution")}
     given = [c.source for c in source.cells if c.cell_type == "code" and not nbgrader_meta(c).get("solution")]
     locked = {nbgrader_meta(c).get("grade_id"): c.source for c in source.cells
               if c.cell_type == "code" and not nbgrader_meta(c).get("solution")}
+    tests = {nbgrader_meta(c).get("grade_id") for c in source.cells
+             if c.cell_type == "code" and is_test_cell(c)}
     editable = {f"added cell {i}": c.source for i, c in enumerate(submitted.cells)
                 if c.cell_type == "code" and not nbgrader_meta(c).get("solution")
-                and locked.get(nbgrader_meta(c).get("grade_id"), None) != c.source}
+                and nbgrader_meta(c).get("grade_id") not in tests
+                and locked.get(nbgrader_meta(c).get("grade_id")) != c.source}
     delegation = analyse(solutions, given, editable=editable)
     if report is not None:
         tests = {i: c.metadata.nbgrader["grade_id"] for i, c in enumerate(submitted.cells)
