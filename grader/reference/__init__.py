@@ -9,6 +9,13 @@ from grader.reference.at_scale import (
     KVCache,
     online_softmax_attention,
 )
+from grader.reference.modern_attention import (
+    FlashAttention,
+    RollingKVCache,
+    apply_rope,
+    gqa_attention,
+    sliding_window_mask,
+)
 from grader.reference.multi_head import MultiHeadAttention, merge_heads, split_heads
 from grader.reference.qkv import attend, dot_product_attention, dot_scores, project_qkv
 from grader.reference.rnn import jacobian_norms, rnn_forward, rnn_step
@@ -45,4 +52,9 @@ __all__ = [
     "scaled_dot_product_attention_torch",
     "softmax",
     "softmax_jacobian",
+    "apply_rope",
+    "gqa_attention",
+    "sliding_window_mask",
+    "RollingKVCache",
+    "FlashAttention",
 ]
