@@ -198,47 +198,27 @@ def test_sliding_window_refuses_bad_arguments():
             ma.sliding_window_mask(*args)
 
 
-@st.composite
-def decode_inputs(draw: st.DrawFn):
-    n = draw(st.integers(1, 14))
-    chunks, left = [], n
-    while left:
-        c = draw(st.integers(1, left))
-        chunks.append(c)
-        left -= c
-    return (
-        n,
-        chunks,
-        draw(st.integers(1, 6)),
-        draw(st.integers(0, 3)),
-        draw(st.sampled_from([(2, 1), (2, 2), (4, 2)])),
-    )
-
-
-@given(decode_inputs())
+@given(st.integers(1, 14), st.integers(1, 6), st.integers(0, 3), st.sampled_from([(2, 1), (2, 2), (4, 2)]))
 @settings(max_examples=examples(40))
-def test_rolling_cache_decoding_equals_full_attention_under_the_window(inputs):
-    n, chunks, window, sinks, (h, g) = inputs
+def test_rolling_cache_decoding_equals_full_attention_under_the_window(n, window, sinks, heads):
+    h, g = heads
     q = torch.randn(2, h, n, 3, dtype=torch.float64)
     k, v = torch.randn(2, g, n, 3, dtype=torch.float64), torch.randn(2, g, n, 5, dtype=torch.float64)
     full, _ = ma.gqa_attention(q, k, v, ma.sliding_window_mask(n, n, window, sinks))
-    torch.testing.assert_close(ma.decode_with_rolling_cache(q, k, v, window, sinks, chunks), full)
+    torch.testing.assert_close(ma.decode_with_rolling_cache(q, k, v, window, sinks), full)
 
 
-def test_rolling_cache_keeps_sinks_and_the_last_window_with_bounded_memory():
+@pytest.mark.parametrize("chunk", [1, 2, 4, 7])
+def test_rolling_cache_keeps_sinks_and_the_last_window_with_bounded_memory(chunk):
     cache = ma.RollingKVCache(window=3, sinks=2)
     k_all = torch.arange(40, dtype=torch.float64).reshape(1, 1, 40, 1)
-    for start in range(0, 40, 4):
-        keys, values, positions = cache.append(
-            k_all[..., start : start + 4, :], -k_all[..., start : start + 4, :]
-        )
-        assert torch.equal(keys[0, 0, :, 0].long(), positions)
+    for start in range(0, 40, chunk):
+        stop = min(start + chunk, 40)
+        keys, values, positions = cache.append(k_all[..., start:stop, :], -k_all[..., start:stop, :])
+        assert torch.equal(keys[0, 0, :, 0].long(), positions) and positions.dtype == torch.int64
         assert torch.equal(values, -keys)
-        assert positions[-4:].tolist() == list(range(start, start + 4))
-        kept_k, _, kept_pos = cache.kept()
-        assert kept_k.shape[-2] <= 5 and kept_pos.dtype == torch.int64
-        expected = sorted({*range(min(2, start + 4)), *range(max(0, start + 4 - 3), start + 4)})
-        assert kept_pos.tolist() == expected
+        assert positions.tolist() == sorted({*range(min(2, stop)), *range(max(0, stop - 3), stop)})
+        assert keys.shape[-2] <= 5
     assert len(cache) == 40
 
 

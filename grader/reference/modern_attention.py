@@ -170,14 +170,13 @@ def sliding_window_mask(n_q: int, n_k: int, window: int, sinks: int = 0) -> torc
 class RollingKVCache:
     """A KV cache of bounded size: the first ``sinks`` positions and the last ``window`` ones.
 
-    ``append(k, v)`` takes a chunk k (B, g, t, d), v (B, g, t, d_v) at the next t positions
-    and returns (keys, values, positions): everything the chunk's queries may attend to,
-    that is what the cache held before the call followed by the chunk, with their absolute
-    positions (int64, ascending). Then it evicts: it keeps only positions j < sinks or
-    j >= total - window. ``kept()`` returns what it holds, at most sinks + window positions
-    whatever the length; ``len(cache)`` is the number of positions seen. Attending with
-    ``window_visible(query positions, positions, window, sinks)`` over what append returns
-    equals full attention under :func:`sliding_window_mask`.
+    ``append(k, v)`` takes a chunk k (B, g, t, d), v (B, g, t, d_v) at the next t positions,
+    adds it after what the cache holds, evicts every position j with sinks <= j < total - window,
+    and returns what it keeps: (keys (B, g, kept, d), values (B, g, kept, d_v), positions
+    (kept,) int64, ascending absolute positions), kept <= sinks + window whatever the length.
+    ``len(cache)`` is the number of positions seen. Decoding one token at a time, the new
+    query at position p attends over exactly what append returns (every key it may see under
+    :func:`sliding_window_mask` is kept), so the outputs equal full attention under that mask.
     """
 
     def __init__(self, window: int, sinks: int = 0) -> None:
@@ -201,31 +200,20 @@ class RollingKVCache:
         self.seen += t
         keep = (positions < self.sinks) | (positions >= self.seen - self.window)  # (kept + t,)
         self.k, self.v, self.positions = keys[..., keep, :], values[..., keep, :], positions[keep]
-        return keys, values, positions
-
-    def kept(self) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
-        """What the cache holds: (keys, values, positions), None before the first append."""
         return self.k, self.v, self.positions
 
 
 def decode_with_rolling_cache(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    window: int,
-    sinks: int,
-    chunks: list[int],
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, sinks: int = 0
 ) -> torch.Tensor:
-    """Decode q (B, h, n, d), k (B, g, n, d), v (B, g, n, d_v) chunk by chunk through a
-    :class:`RollingKVCache` (chunk sizes summing to n); returns (B, h, n, d_v), equal to
+    """Decode q (B, h, n, d), k (B, g, n, d), v (B, g, n, d_v) one token at a time through a
+    :class:`RollingKVCache`; returns (B, h, n, d_v), equal to
     ``gqa_attention(q, k, v, sliding_window_mask(n, n, window, sinks))[0]``."""
-    cache, outs, start = RollingKVCache(window, sinks), [], 0
-    for t in chunks:
-        keys, values, positions = cache.append(k[..., start : start + t, :], v[..., start : start + t, :])
-        query_pos = torch.arange(start, start + t)  # (t,)
-        mask = window_visible(query_pos, positions, window, sinks)  # (t, kept + t)
-        outs.append(gqa_attention(q[..., start : start + t, :], keys, values, mask)[0])
-        start += t
+    cache, outs = RollingKVCache(window, sinks), []
+    for p in range(q.shape[-2]):
+        keys, values, positions = cache.append(k[..., p : p + 1, :], v[..., p : p + 1, :])
+        mask = window_visible(torch.tensor([p]), positions, window, sinks)  # (1, kept)
+        outs.append(gqa_attention(q[..., p : p + 1, :], keys, values, mask)[0])  # (B, h, 1, d_v)
     return torch.cat(outs, dim=-2)  # (B, h, n, d_v)
 
 
