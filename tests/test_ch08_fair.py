@@ -181,11 +181,22 @@ def train_step(model, optimizer, src, tgt, pad_id, bos_id):
     return float(loss)
 """
 
+TRAIN_WITH_TORCH_OPTIM_SIGNATURE = """
+def train_step(model, optimizer, src, tgt, pad_id, bos_id):
+    optimizer.zero_grad(set_to_none=True)
+    loss = translation_loss(model(src, shift_right(tgt, bos_id)), tgt, pad_id)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.item()
+"""
+
 CORRECT = [
     ("TinyTranslator", "own-layers-and-positions-on-the-fly", TRANSLATOR_ON_THE_FLY),
     ("greedy_decode_cached", "chapter-7-cache-and-attention-by-hand", DECODE_WITH_LISTS),
     ("sample_next_token", "sorted-threshold-and-exp-by-hand", SAMPLE_BY_HAND),
     ("train_step", "module-zero-grad-and-float", TRAIN_WITH_ITS_OWN_LOSS_CALL),
+    ("train_step", "optimizer-zero-grad-set-to-none", TRAIN_WITH_TORCH_OPTIM_SIGNATURE),
 ]
 
 
