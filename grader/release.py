@@ -12,7 +12,10 @@ code: for every visible ``check(...)`` call of a source notebook's test cells (t
 classic bug of that exercise on the call's inputs, and writes them as ``.npz`` data
 (:mod:`attention_learner.expected`). A test fails when that data is out of date too.
 
-Before generating, release derives every install instruction (the notebooks' install cell,
+Before generating, release writes every exercise's rules (:mod:`attention_learner.rules`, the
+one table of what earns nothing) into the marked block of the markdown cell that introduces
+the exercise (:func:`state_rules`), so that the text and the judging cannot disagree; and it
+derives every install instruction (the notebooks' install cell,
 the documents' pip lines, ``binder/requirements.txt``) from the repository URL and the learner
 package's version (:mod:`grader.course_location`).
 """
@@ -27,7 +30,8 @@ import nbformat
 import numpy as np
 
 from attention_learner import expected as shipped_data
-from attention_learner.cell_rules import check_calls, is_test_cell, visible_part
+from attention_learner import rules as rule_table
+from attention_learner.cell_rules import check_calls, is_test_cell, nbgrader_meta, visible_part
 from grader.course_location import derive_install_references
 from grader.exercises import get_exercise
 from grader.nbgrader_course import generate_assignment, temporary_course
@@ -46,7 +50,8 @@ def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Pa
     unknown = sorted(set(names) - set(assignments(source)))
     if unknown:
         raise SystemExit(f"no source notebook for {', '.join(unknown)} in {source}")
-    written = derive_install_references([source / n / f"{n}.ipynb" for n in names])
+    written = [path for n in names if (path := source / n / f"{n}.ipynb") and state_rules(path)]
+    written += derive_install_references([source / n / f"{n}.ipynb" for n in names])
     with temporary_course(source) as api:
         for name in names:
             released = generate_assignment(api, name) / f"{name}.ipynb"
@@ -57,6 +62,46 @@ def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Pa
             shutil.copyfile(released, destination)
             written.append(destination)
     return written + write_expected_data(names, source)
+
+
+def exercise_cells(nb: nbformat.NotebookNode) -> list[tuple[str, int]]:
+    """(exercise, index of the markdown cell that introduces it) for every solution code cell of
+    ``nb``: the nearest markdown cell above the solution."""
+    found, markdown = [], None
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            markdown = index
+        elif cell.cell_type == "code" and nbgrader_meta(cell).get("solution") and markdown is not None:
+            found.append((nbgrader_meta(cell)["grade_id"], markdown))
+    return found
+
+
+def with_rules(text: str, exercises: list[str]) -> str:
+    """``text`` (an exercise's markdown) whose rules block states the rules of ``exercises`` (those
+    it introduces) today: the block between the markers is replaced, or appended when there is none."""
+    block = rule_table.rules_text([r for ex in exercises for r in rule_table.exercise_rules(ex)])
+    begin, end = text.find(rule_table.BEGIN), text.find(rule_table.END)
+    if begin >= 0 and end > begin:
+        return text[:begin] + block + text[end + len(rule_table.END):]
+    return text.rstrip("\n") + "\n\n" + block
+
+
+def state_rules(path: Path) -> bool:
+    """Write every exercise's rules into its markdown cell of the source notebook ``path``;
+    whether the file changed."""
+    nb = nbformat.read(path, as_version=4)
+    changed = False
+    introduced: dict[int, list[str]] = {}
+    for exercise, index in exercise_cells(nb):
+        introduced.setdefault(index, []).append(exercise)
+    for index, exercises in introduced.items():
+        cell = nb.cells[index]
+        updated = with_rules(cell.source, exercises)
+        if updated != cell.source:
+            cell.source, changed = updated, True
+    if changed:
+        nbformat.write(nb, path)
+    return changed
 
 
 def write_expected_data(
