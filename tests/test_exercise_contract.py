@@ -33,6 +33,17 @@ def hidden_checks(assignment: str, case: str) -> list[dict]:
     ]
 
 
+def visible_checks_of(assignment: str, case: str) -> list[dict]:
+    """The seed and params of every check(case, ...) call in the source's visible tests."""
+    return [
+        {**params, "seed": seed}
+        for cell in source_notebook(assignment).cells
+        if is_test_cell(cell)
+        for name, seed, params in check_calls(visible_part(cell.source))
+        if name == case
+    ]
+
+
 def notebook_text(assignment: str) -> str:
     return " ".join(
         " ".join(c.source.split()) for c in source_notebook(assignment).cells if c.cell_type == "markdown"
@@ -62,7 +73,9 @@ def test_greedy_decode_with_max_len_zero_returns_an_empty_int64_tensor():
     params = next(p for p in hidden_checks("06_tiny_translator", "greedy_decode") if p["max_len"] == 0)
     expected, got = verdict("greedy_decode", greedy_decode, **params)
     assert np.shape(got["ids"]) == (len(params["stops"]), 0)
-    assert int(got["encode_calls"]) == 1 and same(expected, got, "greedy_decode")
+    assert bool(got["encode_at_most_once"]) and same(expected, got, "greedy_decode")
+    # the stated rule has a visible case: the learner meets max_len = 0 before hand-in
+    assert any(p.get("max_len") == 0 for p in visible_checks_of("06_tiny_translator", "greedy_decode"))
     inputs = get_exercise("greedy_decode").make_inputs(np.random.default_rng(0), max_len=0)
     ids = greedy_decode(
         ch06.toy_model(inputs), torch.from_numpy(inputs["src"]), 0, inputs["bos_id"], inputs["eos_id"]
@@ -129,6 +142,34 @@ def test_online_softmax_takes_a_mask_whose_last_axis_is_one():
 
     with pytest.raises(ValueError):  # a slice of nothing beyond the first block does not broadcast
         ch07.call_online(slices_the_mask, dict(inputs))
+
+
+def test_a_mask_whose_last_axis_is_one_has_a_visible_case_that_a_per_block_slice_fails():
+    visible = [p for p in visible_checks_of("07_attention_at_scale", "online_softmax_attention")
+               if p.get("mask") == "per_query"]
+    assert visible, "the stated rule (a mask's last axis may be 1) has no visible case"
+
+    def sliced(Q, K, V, block_size, mask=None):  # correct but for the mask: sliced per key block
+        n_k = K.shape[-2]
+        m = np.full((*Q.shape[:-1], 1), -np.inf)  # (..., n_q, 1)
+        total, acc = np.zeros_like(m), np.zeros((*Q.shape[:-1], V.shape[-1]))
+        for start in range(0, n_k, block_size):
+            s = Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / math.sqrt(Q.shape[-1])
+            if mask is not None:
+                s = np.where(mask[..., start:start + block_size], s, -np.inf)  # (..., n_q, b)
+            m_new = np.maximum(m, s.max(-1, keepdims=True))
+            shift = np.where(np.isfinite(m_new), m_new, 0.0)
+            p, c = np.exp(s - shift), np.exp(np.where(np.isfinite(m), m - shift, 0.0))
+            total, acc, m = (c * total + p.sum(-1, keepdims=True),
+                             c * acc + p @ V[..., start:start + block_size, :], m_new)
+        return np.divide(acc, total, out=np.zeros_like(acc), where=total > 0)
+
+    from attention_learner.checks import check
+
+    check("online_softmax_attention", sliced, seed=2, n_k=8, block_size=3, mask="random")  # passes
+    params = dict(visible[0])
+    with pytest.raises(AssertionError, match="online_softmax_attention raised ValueError"):
+        check("online_softmax_attention", sliced, seed=params.pop("seed"), **params)
 
 
 # ---------------------------------------------------------------- no (n_q, n_k) matrix, any library

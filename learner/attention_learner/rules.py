@@ -67,6 +67,14 @@ DELEGATES: dict[str, str] = {
                       "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
     "greedy_decode_cached": "torch's `Transformer`, `TransformerEncoder`, `TransformerDecoder`, "
                             "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
+    # chapter 9 (its tables in op_trace landed with the chapter)
+    "gqa_attention": "`given_attention`, `F.scaled_dot_product_attention` (its `enable_gqa` too) or "
+                     "`nn.MultiheadAttention` (`multi_head_attention_forward`, `GivenMultiHeadAttention`)",
+    "FlashAttention": "`given_attention`, `F.scaled_dot_product_attention`, `nn.MultiheadAttention` "
+                      "(`multi_head_attention_forward`, `GivenMultiHeadAttention`), or autograd for the "
+                      "backward pass (`torch.autograd.grad`, `torch.autograd.backward`, "
+                      "`torch.autograd.functional.vjp`, `torch.func.vjp`, `torch.func.grad`, or autograd's "
+                      "engine through the operators of plain attention)",
 }
 
 #: exercise -> its rules that are not delegation: (kind, the sentence the notebook prints)
