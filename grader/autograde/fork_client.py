@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from grader.autograde import confine
+from grader.autograde import confine, phases
 from grader.autograde.executor import Executor, Finished, IsolationUnavailable
 from grader.autograde.fork_protocol import ChildJob, Isolation, ServerConfig
 
@@ -72,6 +72,7 @@ class ForkServer(Executor):
                 raise RuntimeError("the grading fork server stopped answering")
             if event["event"] == "exited" and event["id"] in self.running:
                 job, submitted = self.running.pop(event["id"])
+                _job_phases(event.get("phases"), time.monotonic() - submitted)
                 finished.append(Finished(job, event["code"], bool(event["timed_out"]),
                                          time.monotonic() - submitted))
         return finished
@@ -99,6 +100,19 @@ class ForkServer(Executor):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def _job_phases(server_side: object, seconds: float) -> None:
+    """A job's phases as its server measured them (cgroup, fork and confine, all until it
+    ended), and the rest of ``seconds`` (the event's way back, the server's queue)."""
+    if not phases.enabled():
+        return
+    phases.add("job.total", seconds)
+    if isinstance(server_side, list) and len(server_side) == 3:
+        cgroup, fork, ran = (float(x) for x in server_side)
+        phases.add("job.cgroup", cgroup)
+        phases.add("job.fork_and_confine", fork)
+        phases.add("job.execution_and_report", max(0.0, ran - fork))
 
 
 def choose_isolation(accept_weak: bool) -> Isolation:

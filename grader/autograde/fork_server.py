@@ -34,11 +34,16 @@ class Child:
     status_fd: int = -1  # the keeper's pipe, until it has said how PID 1 ended
     reported: bool = False  # its "exited" event has been emitted
     timed_out: bool = False
+    started: float = 0.0  # monotonic, once its cgroup is made
+    setup: tuple[float, float] = (0.0, 0.0)  # seconds: its cgroup; fork and confine to PID 1
 
     def event(self, status: int) -> dict:
         self.reported = True
-        return exited_event(self.id, os.waitstatus_to_exitcode(status),
-                            self.timed_out or time.monotonic() >= self.deadline)
+        event = exited_event(self.id, os.waitstatus_to_exitcode(status),
+                             self.timed_out or time.monotonic() >= self.deadline)
+        # the job's phases (seconds), for GRADER_PHASES: the parent only adds them up
+        event["phases"] = [*self.setup, time.monotonic() - self.started]
+        return event
 
 
 def leader_pidfd(pid: int) -> int:
@@ -63,6 +68,7 @@ class Server:
 
     def start(self, job: ChildJob) -> Child | None:
         """Fork the job; None if it never started (then nothing of it is left)."""
+        made = time.monotonic()
         name, procs = self._job_cgroups(job)
         started = time.monotonic()
         folder = Path(job.folder)
@@ -84,7 +90,8 @@ class Server:
             if name:
                 self.cgroups.remove_job(name)
             return None
-        child = Child(job.id, first, leader, -1, started + job.limits.timeout, self.config.isolation, name)
+        child = Child(job.id, first, leader, -1, started + job.limits.timeout, self.config.isolation, name,
+                      started=started, setup=(started - made, time.monotonic() - started))
         if child.isolation is Isolation.NAMESPACES:
             child.leader_fd = leader_pidfd(leader)
             child.status_fd = read_end

@@ -24,6 +24,7 @@ from attention_learner.spec import Arrays, Inputs
 from grader.autograde.child_report import CellReport, Record
 
 if TYPE_CHECKING:
+    from grader.autograde.judge_pool import JudgePool
     from grader.exercises.spec import Exercise
 
 
@@ -129,15 +130,26 @@ class CaseAnswers:
 
     MAX_CASES = 4096
 
-    def __init__(self) -> None:
+    def __init__(self, pool: JudgePool | None = None) -> None:
         # (exercise, case key) -> [inputs, expected outputs, classic bugs' outputs or None]
         self._cases: dict[tuple[str, str], list[Any]] = {}
+        self.pool = pool  # with one, bug outputs are computed there (``judge_pool``)
+        self.computed = 0  # reference computations made in this process (0 with a pool's answers)
+
+    def fill(self, references: list[tuple[tuple[str, str], Inputs, Arrays]]) -> None:
+        """Take a job's references, computed by the judge pool (``judge_pool.references``)."""
+        for key, inputs, expected in references:
+            if len(self._cases) >= self.MAX_CASES:
+                self._cases.clear()
+            _read_only(inputs, expected)
+            self._cases[key] = [inputs, expected, None]
 
     def _entry(self, spec: Exercise, seed: int, params: dict[str, Any]) -> list[Any]:
         key = (spec.name, case_key(seed, params))
         if key not in self._cases:
             if len(self._cases) >= self.MAX_CASES:
                 self._cases.clear()
+            self.computed += 1
             inputs = spec.make_inputs(np.random.default_rng(seed), **params)
             expected = spec.expected(inputs)
             _read_only(inputs, expected)
@@ -153,7 +165,8 @@ class CaseAnswers:
         """The case's inputs, reference outputs and classic bugs' outputs."""
         entry = self._entry(spec, seed, params)
         if entry[2] is None:
-            entry[2] = spec.bug_outputs(entry[0])
+            entry[2] = (spec.bug_outputs(entry[0]) if self.pool is None
+                        else self.pool.bug_outputs((spec.name, seed, params)))
             _read_only(*(outputs for _, outputs in entry[2]))
         return entry[0], Shipped(entry[1], entry[2])
 

@@ -16,9 +16,9 @@ crashes). The pieces: ``sources`` (the source assignments and their solution run
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 import shutil
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,16 +28,17 @@ from nbformat import NotebookNode
 from nbgrader.api import Gradebook
 
 from attention_learner.cell_rules import Status, TestStatus, is_test_cell
-from grader.autograde import reports
+from grader.autograde import phases, reports
 from grader.autograde.executor import Executor
 from grader.autograde.feedback import write_course_feedback
 from grader.autograde.folder_walk import TRUSTED, WalkedFile, code_fingerprint, copy_walked_file, walk_folder
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
 from grader.autograde.gradebook import SourceCells
+from grader.autograde.gradebook_entries import late_penalties, zero_in_gradebook
 from grader.autograde.inert_notebook import make_inert
+from grader.autograde.judge_pool import JudgePool, salted_cases
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
 from grader.autograde.nbgrader_adapters import (
-    SharedAssignLatePenalties,
     SharedSaveAutoGrades,
     nbgrader_resources,
 )
@@ -49,10 +50,6 @@ from grader.autograde.scoring import delegation_of, memory_budgets, run_outcome,
 from grader.autograde.sources import SourceAssignment, SourceError, code_cells, load_sources
 from grader.autograde.submissions import Submission
 from grader.deadlines import TIMESTAMP_FILE, LatePolicy, read_timestamp
-
-QUIET = logging.getLogger("attention-course: late penalties")  # nbgrader's plugin logs every late notebook
-QUIET.addHandler(logging.NullHandler())
-QUIET.propagate = False
 
 __all__ = ["GradeOptions", "Run", "SourceError", "SubmissionResult", "TestResult", "autograde"]
 
@@ -83,7 +80,11 @@ class Run:
         self._ids = iter(range(1, 1 << 62))
         self.code = code_fingerprint()
         self.sources: dict[str, SourceAssignment] = load_sources(source)
-        self.answers = CaseAnswers()  # the reference's answers per case, for this run
+        # trusted processes beside the workers compute each job's references (judge_pool.py);
+        # forked now, before the parent reads a submission or computes anything
+        self.judges = JudgePool()
+        self.answers = CaseAnswers(self.judges)  # the reference's answers per case, for this run
+        self.references: dict[str, Future] = {}  # job id -> its references, being computed
 
     def new_job(self, cells: dict[int, NotebookNode], files: list[WalkedFile],
                 expected: dict[str, list[ExpectedCheck]] | None = None) -> ChildJob:
@@ -96,7 +97,11 @@ class Run:
                         memory_budgets(cells, expected or {}), warnings_on_stdout=course)
         _copy_beside_files(folder / "home", files)
         # a fresh secret per job: the child's checks draw their inputs from it, the parent too
-        return ChildJob(job_id, str(folder), self.limits, salt=secrets.randbits(62) + 1)
+        job = ChildJob(job_id, str(folder), self.limits, salt=secrets.randbits(62) + 1)
+        checks = [check for cell in (expected or {}).values() for check in cell]
+        if checks:  # computed by the judge pool while the job waits and runs
+            self.references[job_id] = self.judges.references(salted_cases(job.salt, checks))
+        return job
 
     def context(self, assignment: str) -> str:
         """What a submission's fingerprint covers beside its files: the source assignment,
@@ -170,7 +175,8 @@ def _prepare_safely(run: Run, sub: Submission,
     """A submission's result record and its jobs; one odd submission must not stop the class."""
     result = _new_result(run, sub, fingerprint)
     try:
-        return result, _prepare(run, sub, run.sources[sub.assignment], result)
+        with phases.phase("parent.prepare"):
+            return result, _prepare(run, sub, run.sources[sub.assignment], result)
     except Exception as exc:
         result.status = Status.INVALID
         result.message = f"could not be prepared: {type(exc).__name__}: {exc}"
@@ -215,42 +221,55 @@ def _finish_safely(run: Run, sub: Submission, result: SubmissionResult, jobs: li
         result.message = f"the grader failed on this submission: {type(exc).__name__}: {exc}"
     finally:
         for job in jobs:
+            run.references.pop(job.job.id, None)
             shutil.rmtree(job.job.folder, ignore_errors=True)
     if result.status is Status.TIMEOUT:
         previous = run.out / sub.student / sub.assignment / "results.json"
         result.attempts = timeout_attempts(previous, result.fingerprint) + 1
     summary.count(result)
-    write_course_feedback(run.out, result.to_json(), sub)  # nbgrader's layout, for its tools
-    reports.write_results(run.out, result.to_json())  # last: it marks the submission as done
+    with phases.phase("write.feedback"):
+        write_course_feedback(run.out, result.to_json(), sub)  # nbgrader's layout, for its tools
+    with phases.phase("write.results"):
+        reports.write_results(run.out, result.to_json())  # last: it marks the submission as done
 
 
 def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob]) -> None:
     """Turn finished jobs into outputs, grades, the gradebook entry and the reports."""
     src = run.sources[sub.assignment]
+    start = phases.start()
     run.gradebook.update_or_create_student(sub.student)
     run.gradebook.update_or_create_submission(sub.assignment, sub.student, timestamp=(
         None if result.timestamp is None else datetime.fromisoformat(result.timestamp).replace(tzinfo=None)))
+    phases.stop("write.gradebook", start)
     messages = []
     for job in jobs:
+        start = phases.start()
         status, message, report = run_outcome(job.finished)
+        phases.stop("parent.child_report", start)
         if status is not Status.GRADED:
             result.status = status if result.status is Status.GRADED else result.status
             messages.append(f"{job.notebook}.ipynb: {message}")
         delegation = delegation_of(job.sanitized.nb, src.notebooks[job.notebook], report)
         result.flags += delegation.flags()
         expected = src.expected.get(job.notebook, {})
-        result.tests += score_notebook(job.notebook, job.sanitized.nb, report, expected,
-                                       timed_out=job.finished.timed_out, salt=job.job.salt,
-                                       delegation=delegation, answers=run.answers)
-        _save(run, job, sub)
+        if job.job.id in run.references:
+            with phases.phase("parent.wait_for_judge_pool"):
+                run.answers.fill(run.references.pop(job.job.id).result())
+        with phases.phase("parent.judging"):
+            result.tests += score_notebook(job.notebook, job.sanitized.nb, report, expected,
+                                           timed_out=job.finished.timed_out, salt=job.job.salt,
+                                           delegation=delegation, answers=run.answers)
+        with phases.phase("write.gradebook"):
+            _save(run, job, sub)
     graded = {job.notebook for job in jobs}
     for name in src.notebooks:  # missing or unreadable notebooks score 0, as nbgrader does
         if name not in graded:
             why = "the notebook is missing" if name not in sub.notebooks else (
                 result.message or "the notebook could not be read")
             result.tests += zero_tests(src.notebooks[name], name, why)
-            _zero_in_gradebook(run.gradebook, name, sub)
-    _late_penalties(run, sub, jobs, result)
+            zero_in_gradebook(run.gradebook, name, sub)
+    with phases.phase("write.gradebook"):
+        late_penalties(run, sub, jobs, result)
     if messages:
         result.message = "; ".join(messages)
     elif result.status is Status.GRADED:
@@ -259,29 +278,8 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
                           else "all tests passed")
 
 
-def _late_penalties(run: Run, sub: Submission, jobs: list[NotebookJob], result: SubmissionResult) -> None:
-    """nbgrader's AssignLatePenalties on each notebook; the result keeps what the gradebook says."""
-    for job in jobs:
-        SharedAssignLatePenalties(run.gradebook, config=run.policy.nbgrader_config(), log=QUIET).preprocess(
-            job.sanitized.nb, _resources(run, sub, job.notebook))
-    submission = run.gradebook.find_submission(sub.assignment, sub.student)
-    if submission.timestamp is not None and submission.duedate is not None:
-        result.late_by_seconds = round(submission.total_seconds_late, 3)
-    result.penalty = round(float(submission.late_submission_penalty or 0.0), 6)
-
-
 def _resources(run: Run, sub: Submission, notebook: str) -> dict[str, Any]:
     return nbgrader_resources(run.db_url, sub.assignment, notebook, sub.student)
-
-
-def _zero_in_gradebook(gradebook: Gradebook, notebook: str, sub: Submission) -> None:
-    """What nbgrader's autograde does for a notebook that was not handed in: 0, reviewed."""
-    submitted = gradebook.find_submission_notebook(notebook, sub.assignment, sub.student)
-    for grade in submitted.grades:
-        grade.auto_score = 0
-        grade.needs_manual_grade = False
-    submitted.late_submission_penalty = None  # nothing to take from a 0 (an older one's went)
-    gradebook.db.commit()
 
 
 def _save(run: Run, job: NotebookJob, sub: Submission) -> None:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from grader.autograde import phases
 from grader.autograde.executor import Executor, Finished
 from grader.autograde.fork_protocol import ChildJob
 from grader.autograde.interrupts import Interrupts
@@ -55,7 +56,7 @@ def grade_all(server: Executor, todo: list[tuple[Submission, str]], workers: int
                 if more or flight.queue:
                     continue
                 break
-            flight.collect()
+            flight.collect(workers)
     finally:
         bar.close()
 
@@ -93,10 +94,14 @@ class _InFlight:
             self.server.submit(self.queue.pop(0).job)
             self.running += 1
 
-    def collect(self) -> None:
-        """Wait for finished jobs; finish each submission whose jobs have all come back."""
-        for finished in self.server.wait():
-            self.running -= 1
+    def collect(self, workers: int) -> None:
+        """Wait for finished jobs; hand their places to queued jobs at once, then finish each
+        submission whose jobs have all come back (so judging overlaps the next jobs)."""
+        with phases.phase("parent.wait_for_jobs"):
+            done = self.server.wait()
+        self.running -= len(done)
+        self.start(workers)
+        for finished in done:
             result, jobs = self.pending.pop(finished.job.id)
             next(j for j in jobs if j.job.id == finished.job.id).finished = finished
             if all(j.finished is not None for j in jobs):

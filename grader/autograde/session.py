@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_learner.cell_rules import Status
-from grader.autograde import course_dir, permissions, reports
+from grader.autograde import course_dir, permissions, phases, reports
 from grader.autograde.executor import Executor
 from grader.autograde.fork_protocol import Limits
 from grader.autograde.gradebook import open_gradebook
@@ -59,6 +59,7 @@ class GradingSession:
             gradebook = self._stack.enter_context(open_gradebook(self.db_url))
             self.run = Run(source, out, work, server, gradebook, self.db_url,
                            Limits(timeout=options.timeout), options.late_policy)  # fmt: skip
+            self._stack.callback(self.run.judges.close)
             course_dir.write_config(out, self.db_url, course_id, exchange)
         except BaseException:
             self._stack.close()
@@ -86,6 +87,8 @@ class GradingSession:
         if not new:
             return
         run = self.run
+        phases.mark("startup.imports_and_session")
+        start = phases.start()
         with temporary_course(self.source, self.db_url) as api:
             for name in new:
                 generate_assignment(api, name)  # records notebooks and grade cells
@@ -94,11 +97,14 @@ class GradingSession:
                 run.gradebook.update_or_create_assignment(name, duedate=self.options.due)
             run.due[name] = run.gradebook.find_assignment(name).duedate
         course_dir.copy_sources(self.out, {name: run.sources[name].folder for name in new})
+        phases.stop("startup.generate_assignment", start)
         if not self._ready:
-            self.server.wait_ready()
+            with phases.phase("startup.wait_for_fork_server"):
+                self.server.wait_ready()
             self._ready = True
         for name in new:
-            solution_run(run, run.sources[name])
+            with phases.phase("startup.solution_run"):
+                solution_run(run, run.sources[name])
             self.prepared.add(name)
 
     def grade(self, submitted: Path, *, every_result: bool = False,
@@ -141,7 +147,8 @@ class GradingSession:
                 results = (reports.read_results(self.out) if every_result
                            else _results_for(self.out, submissions))
                 unsafe = [_invalid_id_row(s) for s in submissions if s.unsafe_id]
-                reports.write_grades_csv(self.out, results, unsafe)
+                with phases.phase("write.grades_csv"):
+                    reports.write_grades_csv(self.out, results, unsafe)
                 summary.tally([*results, *unsafe])  # the file's rows, kept ones included
         return summary
 
