@@ -92,3 +92,14 @@ def test_stream_and_entropy():
     batch = stream_batch(stream, 5, 9, torch.Generator().manual_seed(0))
     assert batch.shape == (5, 10)
     assert 1.0 < stream_entropy(400, 0) < 2.5
+
+
+def test_peak_tensor_bytes_sees_the_weights_matrix_of_plain_attention_only():
+    from grader.reference.modern_lm import peak_tensor_bytes
+
+    q, k, v = (torch.randn(1, 1, 256, 8, requires_grad=True) for _ in range(3))
+    d_out = torch.randn(1, 1, 256, 8)
+    plain = peak_tensor_bytes(lambda: ma.plain_attention(q, k, v).backward(d_out))
+    flash = peak_tensor_bytes(lambda: ma.FlashAttention.apply(q, k, v, 32, False).backward(d_out))
+    matrix = 256 * 256 * 4  # one (n, n) float32 matrix
+    assert plain >= 2 * matrix > 4 * flash

@@ -26,11 +26,14 @@ model's pre-training on chunked text. Every function here is the book's, not an 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from grader.reference import modern_attention as ma
 from grader.reference.decoder_only import english_sentences, english_vocab
@@ -318,3 +321,43 @@ def decode_loss(model: ModernLM, windows: torch.Tensor) -> torch.Tensor:
         logits = model.step(windows[:, t : t + 1], t, caches)  # (B, vocab)
         losses.append(F.cross_entropy(logits, windows[:, t + 1], reduction="none").mean())
     return torch.stack(losses)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class LiveTensorBytes(TorchDispatchMode):
+    """Counts the bytes of the tensors that torch operations create while the mode is on, and
+    that are still referenced: each new storage is added when the operation that made it
+    returns and subtracted when its tensor is freed; ``peak`` is the largest total. The
+    backward pass's operations are counted too (autograd runs them under the same mode).
+    Tensors made before the mode (the inputs) are not counted; a view shares its base's storage
+    and is counted once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}  # storage address -> bytes
+        self.current = self.peak = 0
+
+    def _free(self, key: int) -> None:
+        self.current -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's signature)
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key and key not in self.live:
+                    self.live[key] = storage.nbytes()
+                    self.current += storage.nbytes()
+                    self.peak = max(self.peak, self.current)
+                    weakref.finalize(t, self._free, key)
+        return out
+
+
+def peak_tensor_bytes(fn: Callable[[], object]) -> int:
+    """The peak of :class:`LiveTensorBytes` while ``fn()`` runs (its result is dropped)."""
+    with LiveTensorBytes() as counter:
+        fn()
+    return counter.peak
