@@ -14,6 +14,7 @@ seed, parameters) and answer with arrays, which the parent compares (``judging``
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -30,7 +31,21 @@ Reference = tuple[tuple[str, str], dict[str, Any], dict[str, np.ndarray]]  # key
 def _start_worker() -> None:
     import torch
 
+    from grader.exercises import all_exercises
+
     torch.set_num_threads(1)  # as in every grading child: the cores belong to the jobs
+    all_exercises()
+
+
+def import_exercises() -> threading.Thread:
+    """Import the exercises (and torch) in a thread of the parent, started after the pool
+    has forked: the parent needs them to judge, and imports them while it waits for the fork
+    server and the solution run instead of before its first job."""
+    from grader.exercises import all_exercises
+
+    thread = threading.Thread(target=all_exercises, name="import exercises", daemon=True)
+    thread.start()
+    return thread
 
 
 def _ready() -> bool:
@@ -74,8 +89,9 @@ class JudgePool:
         self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
                                          initializer=_start_worker)
         # a fork-context pool forks all its processes at the first submit, before its own
-        # manager thread starts: so now, while the parent is still single-threaded
-        self._pool.submit(_ready).result()
+        # manager thread starts: so now, while the parent is still single-threaded (not
+        # waited for: the processes import torch while the parent gets on with its work)
+        self._pool.submit(_ready)
 
     def references(self, cases: list[Case]) -> Future:
         """A future of :func:`references` on ``cases``."""

@@ -36,7 +36,7 @@ from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_jo
 from grader.autograde.gradebook import SourceCells
 from grader.autograde.gradebook_entries import late_penalties, zero_in_gradebook
 from grader.autograde.inert_notebook import make_inert
-from grader.autograde.judge_pool import JudgePool, salted_cases
+from grader.autograde.judge_pool import JudgePool, import_exercises, salted_cases
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
 from grader.autograde.nbgrader_adapters import (
     SharedSaveAutoGrades,
@@ -83,6 +83,7 @@ class Run:
         # trusted processes beside the workers compute each job's references (judge_pool.py);
         # forked now, before the parent reads a submission or computes anything
         self.judges = JudgePool()
+        import_exercises()  # after the fork: a thread, while the parent waits for its server
         self.answers = CaseAnswers(self.judges)  # the reference's answers per case, for this run
         self.references: dict[str, Future] = {}  # job id -> its references, being computed
 

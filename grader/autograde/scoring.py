@@ -62,6 +62,8 @@ def memory_budgets(cells: dict[int, NotebookNode],
     exercises its checks judge (a test cell of the memory case), for the test cells with one."""
     from grader.exercises import all_exercises
 
+    if not any(expected.values()):  # the solution run: nothing known yet, nothing imported
+        return {}
     exercises = all_exercises()
     budgets = {}
     for index, cell in cells.items():
