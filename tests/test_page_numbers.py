@@ -263,6 +263,32 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
         ("(batch 1, 4 heads, 512 tokens, $d = 64$, float32)", CODE),
         ("blocks of 128", CODE),
     ],
+    "chapters/09_modern_attention/rotary_positions.md": [
+        ("$\\theta = 10000$", PAPER),  # Su et al. (2021), the frequencies of Vaswani et al. (2017)
+        ("(float64, $d = 64$)", CODE),
+    ],
+    "chapters/09_modern_attention/grouped_query_attention.md": [
+        ("Llama 2 70B", PAPER),
+        ("Mistral 7B", PAPER),
+        ("Llama 3 8B", PAPER),
+        ("4,096 positions", CODE),
+        ("with its 8 key/value heads", PAPER),
+        ("with 8 query heads is trained with 8 key/value heads (MHA), 2 (GQA, a quarter of the query heads) "
+         "and 1 (MQA)", CODE),
+        ("the median of 21 steps", CODE),
+        ("for 8, 2 and 1 key/value heads", CODE),
+    ],
+    "chapters/09_modern_attention/windows_and_sinks.md": [
+        ("Mistral 7B's layers use a window of 4,096", PAPER),
+        ("2 heads of 16 features", CODE),
+        ("8 query heads sharing 2 key/value heads", CODE),
+    ],
+    "chapters/09_modern_attention/flash_attention_backward.md": [
+        ("FlashAttention-2", PAPER),
+        ("two heads of 32 features", CODE),
+        ("blocks of 128", CODE),
+        ("2017's attention", PAPER),
+    ],
 }
 
 MATH_CONSTANTS = {0.0, 1.0, 2.0}  # inside a formula: 1 - p, x^2 / 2, {0, 1}, 2i + 1
