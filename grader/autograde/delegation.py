@@ -83,6 +83,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                          "torch.nn.functional.nll_loss", "torch.nn.NLLLoss"),
     "TinyTranslator": _LAYERS,
     "greedy_decode_cached": _LAYERS,
+    # chapter 9: torch's attention answers gqa_attention; autograd through plain attention
+    # answers FlashAttention's backward
+    "gqa_attention": _ATTENTION + _MULTI_HEAD,
+    "FlashAttention": _ATTENTION + _MULTI_HEAD + _JACOBIAN,
 }
 
 @dataclass

@@ -40,4 +40,5 @@ ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
     "07_attention_at_scale": _BASE + _TORCH + ("tracemalloc",),
     "08_build_train_decode": _BASE + _TORCH + ("time", "attention_learner.blocks",
                                                "attention_learner.cases.ch08"),
+    "09_modern_attention": _BASE + _TORCH + ("torch.utils._python_dispatch", "torch.utils._pytree"),
 }

@@ -61,6 +61,7 @@ FORBIDDEN_OPS: dict[str, tuple[str, ...]] = {
     "online_softmax_attention": _SDPA_OPS + _MHA_OPS,
     "CachedSelfAttention": _MHA_OPS,
     "translation_loss": _LOSS_OPS,
+    "gqa_attention": _SDPA_OPS + _MHA_OPS,
 }
 
 #: exercise -> Python functions and classes (every method) its solution may not call
@@ -81,6 +82,12 @@ FORBIDDEN_OBJECTS: dict[str, tuple[str, ...]] = {
     "translation_loss": ("torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss"),
     "TinyTranslator": _LAYERS,
     "greedy_decode_cached": _LAYERS,
+    "gqa_attention": _ATTENTION + _MULTI_HEAD,
+    # by Python object only, no operator trace: torch's profiler multiplies the address space a
+    # tiled pass maps (GBs for chapter 9's memory case, which runs under a memory limit)
+    "FlashAttention": _ATTENTION + _MULTI_HEAD + ("torch.autograd.grad", "torch.autograd.backward",
+                                                  "torch.autograd.functional.vjp", "torch.func.vjp",
+                                                  "torch.func.grad"),
 }
 
 #: modules none of whose functions a solution may call: the cases and their hint models
