@@ -94,6 +94,7 @@ FORBIDDEN_OBJECTS: dict[str, tuple[str, ...]] = {
 ANSWER_MODULES = ("attention_learner.cases",)
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_BLOCKS = os.path.join(os.path.realpath(_PACKAGE), "blocks.py")  # the given blocks: torch inside is theirs
 _LIBRARY_ROOTS = tuple(dict.fromkeys(  # torch, NumPy, the standard library: never the learner's code
     os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                            sysconfig.get_paths()["platlib"], os.path.dirname(os.__file__))
@@ -115,7 +116,8 @@ def call_traced(exercise: str, call: Callable[[], Any]) -> tuple[Any, list[str]]
     def profile(frame: types.FrameType, event: str, arg: Any) -> None:
         if event == "call":
             entry = codes.get(id(frame.f_code))
-            if entry is not None and entry[0] is frame.f_code and _called_by_learner(frame.f_back, base):
+            if entry is not None and entry[0] is frame.f_code and _called_by_learner(
+                    frame.f_back, base, handed_in=not entry[1].startswith(ANSWER_MODULES)):
                 reached.setdefault(entry[1])
 
     profiler = _OpProfiler() if ops and "torch" in sys.modules else None
@@ -152,16 +154,21 @@ def _op_matches(name: str, patterns: tuple[str, ...]) -> bool:
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
 
 
-def _called_by_learner(frame: types.FrameType | None, base: types.FrameType) -> bool:
+def _called_by_learner(frame: types.FrameType | None, base: types.FrameType, handed_in: bool = False) -> bool:
     """Whether the nearest caller of a forbidden function, past the frames of torch, NumPy and
     the standard library (``Module.__call__``, ``functools`` wrappers), is the learner's own
     code: a given block that calls torch from this package is the block's business, and only
-    where the block itself is forbidden is it charged (its own frame is then the hit)."""
+    where the block itself is forbidden is it charged (its own frame is then the hit).
+
+    ``handed_in``: the function is one of the exercise's forbidden objects (not a case's own
+    function). Called straight from the check's code (this package, outside the given blocks),
+    it is what the learner handed in as the answer: a class that subclasses a given block and
+    adds nothing, or the block bound to the exercise's name."""
     while frame is not None and frame is not base:
         name = frame.f_code.co_filename
         path = os.path.realpath(name) if name[:1] == os.sep else ""
         if path.startswith(_PACKAGE + os.sep):
-            return False
+            return handed_in and path != _BLOCKS
         if not (path.startswith(_LIBRARY_ROOTS) or name.startswith("<frozen ")):
             return True
         frame = frame.f_back
