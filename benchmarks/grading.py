@@ -11,15 +11,20 @@ done) in nbgrader's course layout in a temporary folder, then, in one run:
    cell) against our grades.csv, and fails if any differs.
 
 ``--scale 200`` adds a run of ours alone on 200 submissions, to show how the cost grows.
-``--quick`` is a small run (4 submissions) for the test suite.
+``--mixed 60`` adds a mixed class (chapters 3, 6 and 8, correct and stubbed, one third
+each) graded by both, side by side. ``--quick`` is a small run (4 submissions) for the
+test suite. Each run of ours prints its phase breakdown (``GRADER_PHASES``, see
+``grader/autograde/phases.py``): start-up, the jobs, the parent's judging and the writing,
+in seconds and as a share of the wall time.
 
-    .venv/bin/python benchmarks/grading.py [--n 20] [--scale 200] [--quick] [--keep]
+    .venv/bin/python benchmarks/grading.py [--n 20] [--scale 200] [--mixed 60] [--quick] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import shutil
@@ -167,6 +172,48 @@ def make_course(root: Path, n: int, with_nbgrader_source: bool = True) -> list[t
     return students
 
 
+MIXED = ("03_scaled_dot_product", "06_tiny_translator", "08_build_train_decode")
+
+
+def make_mixed_course(root: Path, n: int) -> list[tuple[str, str]]:
+    """A class doing chapters 3, 6 and 8 (a third each), each student handing in one of
+    them, correct or stubbed (chapter 3: every variant above); [(student, variant)]."""
+    built: dict[str, dict[str, nbformat.NotebookNode]] = {ASSIGNMENT: {k: f() for k, f in VARIANTS.items()}}
+    for name in MIXED:
+        shutil.copytree(ROOT / "solutions" / name, root / "source" / name)
+        if name != ASSIGNMENT:
+            solved = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+            built[name] = {"correct": _as_learner(solved, keep_solutions=True),
+                           "stubs": nbformat.read(ROOT / "chapters" / name / f"{name}.ipynb", as_version=4)}
+    students = []
+    for k in range(n):
+        name = MIXED[k % len(MIXED)]
+        variant = list(built[name])[(k // len(MIXED)) % len(built[name])]
+        student = f"m{k:04d}"
+        nb = nbformat.from_dict(built[name][variant])
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"Handed in by {student} ({variant})."))
+        target = root / "submitted" / student / name / f"{name}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target)
+        students.append((student, f"{name[:2]}:{variant}"))
+    return students
+
+
+def mixed_run(tmp: Path, n: int, workers: int) -> list[str]:
+    """Both graders on the mixed class, side by side; the disagreements."""
+    root = tmp / "mixed"
+    students = make_mixed_course(root, n)
+    t_nbgrader = 0.0
+    for name in MIXED:
+        nbgrader(root, "generate_assignment", name, "--force")
+        t_nbgrader += nbgrader(root, "autograde", name, "--force")
+    t_ours = ours(root, tmp / "mixed-out", workers)
+    theirs = {k: v for name in MIXED for k, v in nbgrader_scores(root, name).items()}
+    print(f"mixed class (chapters 3, 6, 8; {n} submissions): nbgrader {t_nbgrader:.1f} s, ours "
+          f"{t_ours:.1f} s: {t_nbgrader / t_ours:.1f}x", flush=True)
+    return compare(students, theirs, our_scores(tmp / "mixed-out"))
+
+
 # ---------------------------------------------------------------------------- the runs
 
 
@@ -188,12 +235,50 @@ def nbgrader(root: Path, *args: str) -> float:
 
 
 def ours(root: Path, out: Path, workers: int) -> float:
-    return run([sys.executable, "-m", "grader", "autograde", str(root / "submitted"),
-                "--out", str(out), "--source", str(root / "source"),
-                "--workers", str(workers), "--quiet"], cwd=root)
+    """Time our CLI on ``root``; its phases are written beside ``out`` and printed."""
+    phases = out.parent / f"{out.name}.phases.json"
+    os.environ["GRADER_PHASES"] = str(phases)
+    try:
+        seconds = run([sys.executable, "-m", "grader", "autograde", str(root / "submitted"),
+                       "--out", str(out), "--source", str(root / "source"),
+                       "--workers", str(workers), "--quiet"], cwd=root)
+    finally:
+        del os.environ["GRADER_PHASES"]
+    print_phases(json.loads(phases.read_text()), seconds)
+    return seconds
 
 
-def nbgrader_scores(root: Path) -> dict[str, dict[str, float]]:
+PHASE_GROUPS = {  # heading -> the phases (grader/autograde/phases.py) it sums
+    "start-up (imports, session, generate_assignment, fork server, solution run)": "startup.",
+    "parent: prepare (read, sanitize, job folders)": "parent.prepare",
+    "parent: read the child's report": "parent.child_report",
+    "parent: judging (verdicts, messages; references from the judge pool)": "parent.judging",
+    "parent: waiting for the judge pool": "parent.wait_for_judge_pool",
+    "writing (gradebook, results, feedback, grades.csv)": "write.",
+    "parent: waiting for its workers": "parent.wait_for_jobs",
+}
+JOB_PHASES = ("job.cgroup", "job.fork_and_confine", "job.execution_and_report", "job.total")
+
+
+def print_phases(phases: dict[str, dict[str, float]], wall: float) -> None:
+    """The parent's timeline as shares of the command's wall time, then the jobs' phases
+    (summed over jobs that ran side by side, so they can exceed the wall)."""
+    print(f"  phases (wall {wall:.1f} s; the process's own clock {phases['wall']['seconds']:.1f} s)")
+    accounted = 0.0
+    for heading, prefix in PHASE_GROUPS.items():
+        seconds = sum(v["seconds"] for k, v in phases.items() if k.startswith(prefix))
+        accounted += seconds
+        print(f"    {heading:<76} {seconds:7.2f} s {100 * seconds / wall:5.1f} %")
+    rest = wall - accounted
+    print(f"    {'the rest (interpreter start and exit, the job loop itself)':<76} {rest:7.2f} s "
+          f"{100 * rest / wall:5.1f} %")
+    jobs = phases.get("job.total", {"count": 0})["count"] or 1
+    print("    per job, mean: " + ", ".join(
+        f"{name[4:]} {1000 * phases.get(name, {'seconds': 0.0})['seconds'] / jobs:.0f} ms"
+        for name in JOB_PHASES) + f" ({jobs} jobs, the solution run included)")
+
+
+def nbgrader_scores(root: Path, assignment: str = ASSIGNMENT) -> dict[str, dict[str, float]]:
     """student -> {"score": total, <grade_id>: auto_score} from nbgrader's gradebook."""
     from nbgrader.api import Gradebook
 
@@ -201,7 +286,7 @@ def nbgrader_scores(root: Path) -> dict[str, dict[str, float]]:
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         for student in gb.students:
             try:
-                sub = gb.find_submission(ASSIGNMENT, student.id)
+                sub = gb.find_submission(assignment, student.id)
             except Exception:  # noqa: BLE001 - a student nbgrader did not grade
                 continue
             row = {"score": float(sub.score)}
@@ -301,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=0,
                         help="also time ours alone on this many submissions (e.g. 200)")
     parser.add_argument("--workers", type=int, default=2, help="our --workers (default 2)")
+    parser.add_argument("--mixed", type=int, default=0,
+                        help="also grade a mixed class of chapters 3, 6 and 8 of this size with both")
     parser.add_argument("--quick", action="store_true", help="4 submissions, no scale run")
     parser.add_argument("--keep", action="store_true", help="keep the temporary courses")
     args = parser.parse_args(argv)
@@ -330,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
             make_course(big, scale)
             t_scale = ours(big, tmp / "scale-out", args.workers)
             print(f"python -m grader autograde on {scale}: {t_scale:.1f} s", flush=True)
+
+        if args.mixed and not args.quick:
+            problems += mixed_run(tmp, args.mixed, args.workers)
 
         print_report(students, theirs, mine, args.workers, (n, t_nbgrader, t_ours), (scale, t_scale))
         agreed = n - len({p.split(' ', 1)[0] for p in problems})

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_learner.cell_rules import Status
-from grader.autograde import course_dir, permissions, phases, reports
+from grader.autograde import course_dir, permissions, phases, reports, solution_cache
 from grader.autograde.executor import Executor
 from grader.autograde.fork_protocol import Limits
 from grader.autograde.gradebook import open_gradebook
@@ -103,8 +103,12 @@ class GradingSession:
                 self.server.wait_ready()
             self._ready = True
         for name in new:
+            src = run.sources[name]
             with phases.phase("startup.solution_run"):
-                solution_run(run, run.sources[name])
+                if not solution_cache.load(self.out, src, run.code):  # an earlier run's, same source
+                    before = len(src.warnings)
+                    solution_run(run, src)
+                    solution_cache.store(self.out, src, run.code, src.warnings[before:])
             self.prepared.add(name)
 
     def grade(self, submitted: Path, *, every_result: bool = False,
