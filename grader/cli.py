@@ -139,10 +139,6 @@ def _autograde(args: argparse.Namespace) -> int:
     for folder, what in ((args.submitted or args.watch, "submitted folder"), (args.source, "source")):
         if not folder.is_dir():
             raise UsageError(f"the {what} {folder} is not a directory")
-    try:
-        course = course_grade_options(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
     start = time.monotonic()
     try:
         isolation = choose_isolation(args.accept_weak_isolation)
@@ -154,6 +150,12 @@ def _autograde(args: argparse.Namespace) -> int:
     except UsageError:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    try:  # after the server's start: these options import nbgrader, while the server imports torch
+        course = course_grade_options(args)
+    except ValueError as exc:
+        server.close()
+        shutil.rmtree(work, ignore_errors=True)
+        raise UsageError(str(exc)) from exc
     # imported after the server has started: its own imports overlap with these
     from grader.autograde.gradebook import GradebookUnavailable
     from grader.autograde.pipeline import GradeOptions, SourceError, autograde
