@@ -269,6 +269,10 @@ def print_phases(phases: dict[str, dict[str, float]], wall: float) -> None:
         seconds = sum(v["seconds"] for k, v in phases.items() if k.startswith(prefix))
         accounted += seconds
         print(f"    {heading:<76} {seconds:7.2f} s {100 * seconds / wall:5.1f} %")
+        if prefix.endswith("."):  # a group: its phases one by one
+            for name in sorted(k for k in phases if k.startswith(prefix)):
+                part = phases[name]["seconds"]
+                print(f"      {name:<74} {part:7.2f} s {100 * part / wall:5.1f} %")
     rest = wall - accounted
     print(f"    {'the rest (interpreter start and exit, the job loop itself)':<76} {rest:7.2f} s "
           f"{100 * rest / wall:5.1f} %")
