@@ -16,7 +16,11 @@ the encoding or of a cache in the learner package was one argument from the answ
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
+import re
+from functools import cache
 
 import numpy as np
 import pytest
@@ -24,10 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import tests.bugzoo
 import tests.bugzoo.ch06 as zoo06
 from attention_learner.cases import ch06, get_case
 from grader.exercises import get_exercise
-from tests.notebook_runner import grade_id, source_notebook
+from tests.bugzoo import Bug
+from tests.notebook_runner import exercise_of, grade_id, run_cells, source_notebook
 from tests.spec_helpers import notebook_checks as all_notebook_checks
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -121,3 +127,64 @@ def test_a_note_is_given_only_where_its_bug_model_explains_the_output(exercise):
     assert given, f"no zoo bug of {exercise} is named by a hint note"
     unshown = sorted(note for note in given if note not in shown[owner[note]])
     assert not unshown, f"notes given only for other bugs, never for their own: {unshown}"
+
+
+# ---------------------------------------------------------------- naming share of the zoo
+
+ZOO_CHAPTERS = sorted(info.name for info in pkgutil.iter_modules(tests.bugzoo.__path__))
+NAMED_SHARE = 0.8  # issue 31: at least 80% of the caught mistakes named, per chapter and overall
+LOOKS_LIKE = re.compile(r"This looks like (.+?)\.\n", re.S)
+
+
+@cache
+def zoo_messages(chapter: str) -> list[tuple[Bug, list[str]]]:
+    """(entry, its failure messages) of every zoo entry of ``chapter``, each bug's code in place
+    of its exercise's solution cell in the source notebook (hidden tests included)."""
+    module = importlib.import_module(f"tests.bugzoo.{chapter}")
+    runs = []
+    for bug in module.BUGS:
+        outcome = run_cells(source_notebook(module.ASSIGNMENT), replace={bug.exercise: bug.code})
+        runs.append((bug, [v for k, v in outcome.items() if exercise_of(k) == bug.exercise and v]))
+    return runs
+
+
+def naming(chapter: str) -> tuple[list[str], list[str], list[str]]:
+    """(caught entries, the named ones, the messages naming a bug other than the entry's)."""
+    caught, named, others = [], [], []
+    for bug, failures in zoo_messages(chapter):
+        if not failures:
+            continue
+        caught.append(bug.name)
+        if bug.told and any(bug.told in f for f in failures):
+            named.append(bug.name)
+        for failure in failures:  # a message naming another bug and not this one misleads
+            if bug.told and bug.told in failure:
+                continue  # both named: the two bugs' outputs coincide on this case
+            others += [f"{bug.exercise}/{bug.name}: told {m.group(1)!r}"
+                       for m in LOOKS_LIKE.finditer(failure + "\n")]
+    return caught, named, others
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", ZOO_CHAPTERS)
+def test_most_caught_mistakes_are_named_and_only_by_their_own_bug(chapter):
+    """At least 80% of the chapter's caught zoo entries get a message with the words that name
+    their bug (``Bug.told``), and no message names a classic bug other than the entry's own
+    instead of it. The grader names a bug only where its model reproduces the output; a
+    message that names another bug beside the entry's own is one where the two bugs' outputs
+    coincide (both models explain it), as in the hint-note test above."""
+    caught, named, others = naming(chapter)
+    unnamed = sorted(set(caught) - set(named))
+    print(f"{chapter}: named {len(named)}/{len(caught)}; unnamed {unnamed}")
+    assert len(named) >= NAMED_SHARE * len(caught), (
+        f"{chapter}: {len(named)} of {len(caught)} caught mistakes named; unnamed: {unnamed}"
+    )
+    assert not others, "messages naming another bug than the entry's:\n" + "\n".join(others)
+
+
+@pytest.mark.slow
+def test_most_caught_mistakes_are_named_overall():
+    counts = [naming(chapter) for chapter in ZOO_CHAPTERS]
+    caught = sum(len(c) for c, _, _ in counts)
+    named = sum(len(n) for _, n, _ in counts)
+    assert named >= NAMED_SHARE * caught, f"{named} of {caught} caught mistakes named"

@@ -32,6 +32,9 @@ STEP_BUGS = {
         "h": np.tanh(_pre_activation(i, recurrent=False))
     },
     "a sigmoid was used instead of tanh": lambda i: {"h": _sigmoid(_pre_activation(i))},
+    "a ReLU was used instead of tanh (np.maximum(0, ...); the state must be tanh(...))": lambda i: {
+        "h": np.maximum(0.0, _pre_activation(i))
+    },
 }
 
 
@@ -55,6 +58,12 @@ def _bug_linear(i: dict[str, Any]) -> Arrays:
     return {"H": np.stack(states)}
 
 
+def _bug_aliased(i: dict[str, Any]) -> Arrays:
+    """Every row is h_T: one array stored T times and overwritten in place at each step."""
+    H = _forward(i)  # (T, d_h)
+    return {"H": np.broadcast_to(H[-1], H.shape).copy()}
+
+
 FORWARD_BUGS = {
     "the states h_0 .. h_{T-1} were returned; H must hold h_1 .. h_T (row t - 1 is h_t)": (
         lambda i: {"H": np.vstack([i["h0"], _forward(i)[:-1]])}
@@ -65,21 +74,30 @@ FORWARD_BUGS = {
     },
     "the bias b was left out": lambda i: {"H": _forward(i, b=np.zeros_like(i["b"]))},
     "the tanh was left out": _bug_linear,
+    "every row of H holds the last state: one array was stored at every step and then "
+    "overwritten in place (h[...] = ... or out= changes the stored rows; store a new array, "
+    "or h.copy(), each step)": _bug_aliased,
 }
 
 
 # ---------------------------------------------------------------- jacobian_norms
 
 
-def _chain_norms(H: np.ndarray, step, reverse: bool = False, ord: Any = 2) -> np.ndarray:
-    """Norms of products of per-step matrices step(t) for t = T, T-1, ..., as a learner might."""
+def _chain_norms(H: np.ndarray, step, reverse: bool = False, ord: Any = 2, norm=None) -> np.ndarray:
+    """Norms of products of per-step matrices step(t) for t = T, T-1, ..., as a learner might
+    (``norm``: matrix -> number, in place of np.linalg.norm(., ord))."""
     T, d_h = H.shape
     norms, product = [1.0], np.eye(d_h)
     for k in range(1, T):
-        J = step(T - k)  # the factor for h_{T-k+1}, which is row T - k of H
+        J = step(T - k)  # (d_h, d_h), the factor for h_{T-k+1}, which is row T - k of H
         product = J @ product if reverse else product @ J
-        norms.append(np.linalg.norm(product, ord=ord))
+        norms.append(norm(product) if norm else np.linalg.norm(product, ord=ord))
     return np.array(norms)
+
+
+def _step_jacobian(i: dict[str, Any], r: int) -> np.ndarray:
+    """diag(1 - h_t^2) W_hh^T, the Jacobian d h_t / d h_{t-1} of row r = t - 1 of H: (d_h, d_h)."""
+    return (1.0 - i["H"][r] ** 2)[:, None] * i["W_hh"].T
 
 
 def _derivative_bug(derivative) -> Any:
@@ -101,6 +119,18 @@ JACOBIAN_BUGS = {
     "the step Jacobians were multiplied in the wrong order (d h_T / d h_{T-k} = "
     "J_T J_{T-1} ... J_{T-k+1})": lambda i: {
         "norms": _chain_norms(i["H"], lambda r: (1.0 - i["H"][r] ** 2)[:, None] * i["W_hh"].T, reverse=True)
+    },
+    "the step Jacobian was built with W_hh instead of its transpose (h_t = tanh(x_t W_xh + "
+    "h_{t-1} W_hh + b), so d h_t / d h_{t-1} = diag(1 - h_t^2) W_hh^T)": lambda i: {
+        "norms": _chain_norms(i["H"], lambda r: (1.0 - i["H"][r] ** 2)[:, None] * i["W_hh"])
+    },
+    "the tanh derivative multiplied on the wrong side (W_hh^T diag(1 - h_t^2); the step "
+    "Jacobian is diag(1 - h_t^2) W_hh^T)": lambda i: {
+        "norms": _chain_norms(i["H"], lambda r: i["W_hh"].T * (1.0 - i["H"][r] ** 2)[None, :])
+    },
+    "the spectral norm taken as the largest entry (np.abs(J).max()); it is the largest "
+    "singular value, np.linalg.norm(J, ord=2)": lambda i: {
+        "norms": _chain_norms(i["H"], lambda r: _step_jacobian(i, r), norm=lambda m: np.abs(m).max())
     },
     "the norms came out in reverse order (entry k is d h_T / d h_{T-k}, so entry 0 is 1)": (
         lambda i: {"norms": jacobian_norms(i["H"], i["W_hh"])[::-1]}

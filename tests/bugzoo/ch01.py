@@ -32,6 +32,7 @@ def rnn_step(x_t, h_prev, W_xh, W_hh, b):
     return np.tanh(h_prev @ W_xh + x_t @ W_hh + b)
 """,
         expect="rnn_step raised ValueError",
+        names="W_xh and W_hh",
     ),
     Bug(
         exercise="rnn_step",
@@ -40,7 +41,7 @@ def rnn_step(x_t, h_prev, W_xh, W_hh, b):
 def rnn_step(x_t, h_prev, W_xh, W_hh, b):
     return np.maximum(0.0, x_t @ W_xh + h_prev @ W_hh + b)
 """,
-        expect="differs from the expected value",
+        expect="a ReLU was used instead of tanh",
     ),
     Bug(
         exercise="rnn_step",
@@ -109,6 +110,34 @@ def rnn_forward(X, h0, W_xh, W_hh, b):
     return h
 """,
         expect="Only one state came back",
+    ),
+    Bug(
+        exercise="rnn_forward",
+        name="h0_ignored",
+        code="""
+def rnn_forward(X, h0, W_xh, W_hh, b):
+    h = np.zeros(W_hh.shape[0])
+    states = []
+    for x_t in X:
+        h = rnn_step(x_t, h, W_xh, W_hh, b)
+        states.append(h)
+    return np.stack(states)
+""",
+        expect="the initial state h0 was ignored",
+    ),
+    Bug(
+        exercise="rnn_forward",
+        name="state_aliased",
+        code="""
+def rnn_forward(X, h0, W_xh, W_hh, b):
+    h = h0.copy()
+    states = []
+    for x_t in X:
+        h[...] = rnn_step(x_t, h, W_xh, W_hh, b)
+        states.append(h)
+    return np.array(states)
+""",
+        expect="every row of H holds the last state",
     ),
     # ---------------------------------------------------------------- jacobian_norms
     Bug(
@@ -186,5 +215,50 @@ def jacobian_norms(H, W_hh):
     return np.array(norms)
 """,
         expect="multiplied in the wrong order",
+    ),
+    Bug(
+        exercise="jacobian_norms",
+        name="W_hh_not_transposed",
+        code="""
+def jacobian_norms(H, W_hh):
+    T, d_h = H.shape
+    norms = [1.0]
+    product = np.eye(d_h)
+    for k in range(1, T):
+        product = product @ (np.diag(1 - H[T - k] ** 2) @ W_hh)
+        norms.append(np.linalg.norm(product, 2))
+    return np.array(norms)
+""",
+        expect="built with W_hh instead of its transpose",
+    ),
+    Bug(
+        exercise="jacobian_norms",
+        name="derivative_on_the_right",
+        code="""
+def jacobian_norms(H, W_hh):
+    T, d_h = H.shape
+    norms = [1.0]
+    product = np.eye(d_h)
+    for k in range(1, T):
+        product = product @ (W_hh.T @ np.diag(1 - H[T - k] ** 2))
+        norms.append(np.linalg.norm(product, 2))
+    return np.array(norms)
+""",
+        expect="the tanh derivative multiplied on the wrong side",
+    ),
+    Bug(
+        exercise="jacobian_norms",
+        name="spectral_norm_as_max_entry",
+        code="""
+def jacobian_norms(H, W_hh):
+    T, d_h = H.shape
+    norms = [1.0]
+    product = np.eye(d_h)
+    for k in range(1, T):
+        product = product @ (np.diag(1 - H[T - k] ** 2) @ W_hh.T)
+        norms.append(np.abs(product).max())
+    return np.array(norms)
+""",
+        expect="the spectral norm taken as the largest entry",
     ),
 ]

@@ -23,6 +23,7 @@ def dot_scores(q, K):
     return q @ K
 """,
         expect="dot_scores raised ValueError",
+        names="transpose",
     ),
     Bug(
         exercise="dot_scores",
@@ -73,6 +74,7 @@ def softmax(z, axis=-1):
     return e / np.sum(e, axis=axis)
 """,
         expect="softmax raised ValueError",
+        names="keepdims",
     ),
     Bug(
         exercise="softmax",
@@ -134,6 +136,7 @@ def project_qkv(X, W_q, W_k, W_v):
     return X @ W_q.T, X @ W_k.T, X @ W_v.T
 """,
         expect="project_qkv raised ValueError",
+        names="W.T",
     ),
     Bug(
         exercise="project_qkv",

@@ -60,7 +60,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         expect="real scores below the fill"),
     Bug("scaled_dot_product_attention", "squeezes-a-batch-of-one",
         _numpy(after="weights = np.nan_to_num(weights).squeeze()"),
-        expect="has shape"),
+        expect="has shape", names="squeeze"),
     Bug("scaled_dot_product_attention", "K-not-transposed-2d-only", '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ K.T / math.sqrt(Q.shape[-1])
@@ -69,7 +69,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights = np.nan_to_num(weights / weights.sum(axis=-1, keepdims=True))
     return weights @ V, weights
-'''),
+''', names="K.T"),
     Bug("scaled_dot_product_attention_torch", "no-scaling", '''
 def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     scores = Q @ K.transpose(-2, -1)
@@ -133,7 +133,8 @@ def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     weights = torch.softmax(scores + bias, dim=-1)
     weights = torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros(()))
     return weights @ V, weights  # right forward pass, NaN gradients on fully masked rows
-''', expect="the gradient with respect to Q has"),
+''', expect="the gradient with respect to Q has",
+        names="additive mask"),
     Bug("softmax_jacobian", "sign-flipped", '''
 def softmax_jacobian(p):
     return np.outer(p, p) - np.diag(p)
@@ -141,7 +142,7 @@ def softmax_jacobian(p):
     Bug("softmax_jacobian", "diagonal-only", '''
 def softmax_jacobian(p):
     return np.diag(p * (1 - p))
-'''),
+''', names="off-diagonal"),
     Bug("softmax_jacobian", "missing-diag", '''
 def softmax_jacobian(p):
     return -np.outer(p, p)

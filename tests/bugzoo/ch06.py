@@ -115,12 +115,14 @@ def positional_encoding(n, d_model):
             "    pe[:, 0::2] = np.sin(angles)\n    pe[:, 1::2] = np.cos(angles)",
         ),
         expect="",  # raises on an odd d_model (a cosine column too many)
+        names="odd d_model",
     ),
     Bug(
         exercise="positional_encoding",
         name="transposed",
         code=_pe("p / 10000 ** (i / d_model)", _INTERLEAVE).replace("    return pe", "    return pe.T"),
         expect="shape",
+        names="transpose",
     ),
     # named by the judging half's classic bugs (grader.exercises.ch06_bugs.HINTED_PE_BUGS)
     Bug(
@@ -299,6 +301,7 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
     return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
 """,
         expect="",  # pads with 0 instead of eos_id
+        names="eos_id",
     ),
     # named by the hints' bug models (attention_learner.cases.ch06.decode_models)
     Bug(
