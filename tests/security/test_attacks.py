@@ -27,6 +27,7 @@ import pytest
 
 import grader
 from grader.paths import SOLUTIONS
+from tests import interpreter_access
 from tests.notebook_runner import learner_notebook, solved_notebook, with_cell
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
@@ -246,17 +247,14 @@ STUB_ATTACKS = {
 def _open_path_to_python() -> list[tuple[Path, int]]:
     """Let uid 65534 reach this interpreter (pyenv lives under /root, mode 0700, on CI).
 
-    Adds o+x to each folder above the real interpreter that lacks it and returns what to
+    The path is opened once per test process and restored when the last test process that
+    holds it exits (``tests.interpreter_access``), so one test restoring the modes can never
+    shut out another that still grades as uid 65534. Returns nothing for the caller to
     restore; an instructor's own Python is readable by the instructor, so this only stands
     in for that.
     """
-    changed = []
-    for folder in Path(os.path.realpath(sys.executable)).parents:
-        mode = folder.stat().st_mode & 0o7777
-        if not mode & 0o001:
-            os.chmod(folder, mode | 0o001)
-            changed.append((folder, mode))
-    return changed
+    interpreter_access.hold()
+    return []
 
 
 def _chown_tree(path: Path, uid: int) -> None:
