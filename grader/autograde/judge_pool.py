@@ -4,8 +4,8 @@ A job's checks draw their inputs from its secret salt, so each submission needs 
 reference answers (and, for a failing check, the classic bugs' outputs). Computed in the
 parent's loop, one job after another, they made the parent the bottleneck while the workers
 waited. Here they are computed by processes forked from the parent when the run starts
-(before any submission is read, and before the parent has computed anything with torch,
-which a forked child could not then use): the parent asks for a job's references when it
+(before any submission is read, and before the parent has imported torch: a child forked
+from a process that has computed with torch can hang): the parent asks for a job's references when it
 prepares the job, and by the time the child has run they are there. The learner's code never
 runs in these processes and they never see the learner's arrays: they receive (exercise,
 seed, parameters) and answer with arrays, which the parent compares (``judging``).
@@ -14,6 +14,7 @@ seed, parameters) and answer with arrays, which the parent compares (``judging``
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -86,7 +87,11 @@ class JudgePool:
     """``processes`` trusted judge processes, forked now; ``close()`` ends them."""
 
     def __init__(self, processes: int = 1) -> None:
-        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
+        # forked while this process has not imported torch (the CLI's parent: nothing to copy
+        # but imports); a process that may have computed with torch already (a test calling
+        # autograde in-process) starts fresh interpreters instead, which a fork of it could hang
+        method = "spawn" if "torch" in sys.modules else "fork"
+        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(method),
                                          initializer=_start_worker)
         # a fork-context pool forks all its processes at the first submit, before its own
         # manager thread starts: so now, while the parent is still single-threaded (not
