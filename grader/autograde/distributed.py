@@ -26,6 +26,7 @@ without namespaces; a task still runs only at the isolation the client asked for
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from grader.autograde.dask_worker import run_packed_job, warm_up
 from grader.autograde.executor import Executor, Finished, IsolationUnavailable
 from grader.autograde.fork_protocol import ChildJob, ServerConfig
 from grader.autograde.job_pack import pack_job
+from grader.autograde.results import ChildExit
 
 ALLOWED_FAILURES = 1  # a task is retried once after its worker died, then it is KilledWorker
 
@@ -163,21 +165,23 @@ class DaskExecutor(Executor):
         folder = Path(job.folder)
         seconds = time.monotonic() - submitted
         if isinstance(future, _Failed):
-            return self._write(folder, job, b"", future.log.encode(), 72, False, seconds)
+            return self._write(folder, job, b"", future.log.encode(), ChildExit.CHILD_NOT_STARTED, False,
+                               seconds)
         if future.status == "finished":
             outcome = future.result()
             return self._write(folder, job, outcome["report"], outcome["log"], outcome["exitcode"],
                                bool(outcome["timed_out"]), float(outcome["seconds"]))
         if future.status == "cancelled":  # the scheduler lost it (restarted, or closed under us)
             log = "the Dask scheduler cancelled this notebook's task before it ended\n"
-            return self._write(folder, job, b"", log.encode(), 72, False, seconds)
+            return self._write(folder, job, b"", log.encode(), ChildExit.CHILD_NOT_STARTED, False, seconds)
         error = future.exception()
         if isinstance(error, IsolationUnavailable):
             raise error
         if isinstance(error, KilledWorker):
-            return self._write(folder, job, b"", KILLED_WORKER_LOG.encode(), -9, False, seconds)
+            return self._write(folder, job, b"", KILLED_WORKER_LOG.encode(), -signal.SIGKILL, False,
+                               seconds)  # as a killed process reads
         log = f"the grading worker failed on this notebook: {type(error).__name__}: {error}\n"
-        return self._write(folder, job, b"", log.encode(), 72, False, seconds)
+        return self._write(folder, job, b"", log.encode(), ChildExit.CHILD_NOT_STARTED, False, seconds)
 
     @staticmethod
     def _write(folder: Path, job: ChildJob, report: bytes, log: bytes, exitcode: int | None,

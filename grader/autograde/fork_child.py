@@ -26,6 +26,7 @@ from pathlib import Path
 from grader.autograde import cgroups as cgroup_tree
 from grader.autograde import confine, mount_tree, seccomp
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, budgeted_memory
+from grader.autograde.results import ChildExit
 
 
 def _wire_descriptors(report: int, log: int, keep: int) -> None:
@@ -78,7 +79,7 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: mount_tree
     lowered and the calls that hold memory outside every limit are refused (and, when a test
     cell has a memory budget, those that start a second process: ``seccomp``).
     """
-    status = 71
+    status = ChildExit.JOB_NOT_STARTED
     try:
         folder = Path(job.folder)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too-large writes fail, not kill
@@ -112,10 +113,10 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: mount_tree
         os.environ.update(_learner_environment(home if isolation is Isolation.NAMESPACES else str(folder)))
         from grader.autograde.execution import CellJob, execute_cells
 
-        status = 70
+        status = ChildExit.CELL_LOOP_FAILED
         execute_cells([CellJob(c["index"], c["source"], c["hidden"], c.get("memory_bytes"),
                                bool(c.get("warnings_on_stdout"))) for c in cells], 3, job.record, job.salt)
-        status = 0
+        status = ChildExit.OK
     except BaseException:  # noqa: BLE001 - report the sandbox's own failure in the log
         traceback.print_exc()
     finally:
@@ -126,7 +127,7 @@ def first_child(job: ChildJob, isolation: Isolation, view: mount_tree.View | Non
                  report: int, log: int, pid_pipe: int, server: int, cgroup_procs: tuple[str, ...]) -> None:
     """The forked child: read the cells, wire descriptors, then keep the job (namespaces) or
     run it (without them)."""
-    status = 72
+    status = ChildExit.CHILD_NOT_STARTED
     try:
         cells = json.loads((Path(job.folder) / "job.json").read_text())["cells"]
         _wire_descriptors(report, log, pid_pipe)
@@ -168,7 +169,7 @@ def _keeper(job: ChildJob, cells: list, view: mount_tree.View | None, server: in
     def server_died(signum: int, frame: object) -> None:
         if leader:
             os.kill(leader, signal.SIGKILL)  # our unreaped child: its pid cannot be reused
-        os._exit(75)
+        os._exit(ChildExit.SERVER_GONE)
 
     signal.signal(signal.SIGTERM, server_died)
     budget = budgeted_memory(job.limits, cells)
@@ -178,7 +179,7 @@ def _keeper(job: ChildJob, cells: list, view: mount_tree.View | None, server: in
     confine.unshare_namespaces(as_root=os.getuid() == 0)
     # after unshare (a new user namespace clears it): then make sure the server is still there
     if not confine.die_with_parent(signal.SIGTERM, server):
-        os._exit(75)
+        os._exit(ChildExit.SERVER_GONE)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until `leader` is known
     pid = os.fork()  # PID 1 of the new namespace
     if pid == 0:
@@ -215,4 +216,4 @@ def _end_as(status: int) -> None:
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
     os.kill(os.getpid(), sig)
-    os._exit(128 + sig)
+    os._exit(ChildExit.killed_by(sig))

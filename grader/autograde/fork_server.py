@@ -20,6 +20,7 @@ from grader.autograde import cgroups as cgroup_tree
 from grader.autograde import mount_tree
 from grader.autograde.fork_child import first_child
 from grader.autograde.fork_protocol import ChildJob, Isolation, ServerConfig, exited_event
+from grader.autograde.results import ChildExit
 
 
 @dataclass
@@ -179,7 +180,7 @@ class Server:
             self.take_down(child)
         if self.cgroups is not None:
             self.cgroups.close()
-        os._exit(0)  # no teardown of torch: nothing is left to clean up
+        os._exit(ChildExit.OK)  # no teardown of torch: nothing is left to clean up
 
 
 def _send_kill(pidfd: int) -> None:

@@ -25,6 +25,13 @@ class ChildExit(IntEnum):
     CELL_LOOP_FAILED = 70  # the grader's cell loop raised: a grader bug, not the learner's
     JOB_NOT_STARTED = 71  # the sandbox could not enter the job's confinement
     CHILD_NOT_STARTED = 72  # the forked child failed before it could run anything
+    SERVER_GONE = 75  # the keeper saw the fork server die: it killed the job and went (no one reads it)
+
+    @staticmethod
+    def killed_by(sig: int) -> int:
+        """The shell's status for a death by signal ``sig``, ``128 + sig``: what a process that
+        re-raised ``sig`` exits with if the signal does not end it."""
+        return 128 + sig
 
     @classmethod
     def explain(cls, code: int) -> str | None:

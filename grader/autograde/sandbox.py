@@ -45,6 +45,7 @@ from grader.autograde.fork_protocol import (
     write_job_cells,
 )
 from grader.autograde.fork_server import Server
+from grader.autograde.results import ChildExit
 
 
 def _probe(server: Server, work: Path) -> str:
@@ -158,7 +159,7 @@ def _start_jobs(server: Server, buffer: bytes) -> bytes:
         line, buffer = buffer.split(b"\n", 1)
         job = ChildJob.from_json(line.decode())
         if server.start(job) is None:
-            _emit(exited_event(job.id, 72, False))
+            _emit(exited_event(job.id, ChildExit.CHILD_NOT_STARTED, False))
             continue
         _emit({"event": "started", "id": job.id})
     return buffer
