@@ -20,6 +20,13 @@ exchange in a temporary folder. How the blocks are run:
 - the ``python`` block (the JupyterHub service) is executed against a traitlets Config and
   its command parsed by the grader's own argument parser.
 
+The page runs in a copy of the checkout's files that git tracks or does not ignore, so a
+class already present in this working clone (its ``course/``, ``grading/``, ``similarity/``,
+all ignored) is neither copied nor touched: the test compares those folders before and after.
+Every path the term creates in the copy must be one that ``.gitignore`` ignores, and
+``test_every_path_the_docs_write_is_ignored`` (fast) reads the same from the pages' commands,
+so that one ``git add -A`` after a term publishes no student's work.
+
 Two substitutions make the page's paths the test's: the exchange ``/srv/nbgrader/exchange``
 is a temporary folder, and formgrader's port is a free one. Three commands are not run, each
 for the reason in ``NOT_RUN``; the test fails if any of them is no longer on the page, so
@@ -75,6 +82,46 @@ def without_skipped(body: str, seen: set[str]) -> str:
         else:
             seen.add(prefix)
     return "\n".join(kept) + "\n"
+
+
+WRITES = [  # (a command's words, whether what it names is a folder), in the instructor's blocks
+    (re.compile(r"--out\s+([^\s`\\]+)"), True), (re.compile(r"(?:^|\s)mkdir -p\s+([^\s`]+)"), True),
+    (re.compile(r"(?:^|\s)cd\s+([^\s`;&]+)"), True), (re.compile(r"(?:^|\s)-o\s+([^\s`]+)"), False),
+    (re.compile(r">\s*([^\s`&]+)"), False), (re.compile(r"\.to=([^\s`]+)"), False),
+]
+
+
+def written_paths(text: str, fenced_only: bool = True) -> dict[str, bool]:
+    """The top-level paths of a checkout that a page's commands write (or work in), each
+    with whether it is a folder; absolute paths (the exchange, a hub's folders) are outside."""
+    if fenced_only:
+        text = "\n".join(body for info, body in blocks(text) if info in ("bash", "bash service"))
+    text = re.sub(r"(^|\s)#[^\n]*", r"\1", text)  # a shell comment writes nothing
+    found: dict[str, bool] = {}
+    for pattern, folder in WRITES:
+        for match in pattern.finditer(text):
+            path = match.group(1).strip("\"'")
+            outside = path.startswith(("/", "$", "-")) or path in ("..", ".")
+            if outside or not re.fullmatch(r"[\w.+/-]+", path):
+                continue
+            top, slash, _rest = path.partition("/")
+            found[top] = found.get(top, False) or folder or bool(slash)
+    return found
+
+
+def ignored_by_git(paths: dict[str, bool]) -> dict[str, bool]:
+    """Whether this checkout's .gitignore ignores each top-level path (a folder: what it holds)."""
+    return {name: subprocess.run(["git", "check-ignore", "-q", "--no-index",
+                                  f"{name}/anything.ipynb" if folder else name],
+                                 cwd=ROOT).returncode == 0
+            for name, folder in paths.items()}
+
+
+def snapshot(names: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """This checkout's files under each name, with their modification times (ns)."""
+    return {name: sorted((str(p.relative_to(ROOT)), p.lstat().st_mtime_ns)
+                         for p in [ROOT / name, *(ROOT / name).rglob("*")] if p.exists() or p.is_symlink())
+            for name in names}
 
 
 class Term:
@@ -210,12 +257,27 @@ def jupyterhub_service(body: str) -> None:
     assert exchange_course(args.watch, args.exchange)[0] == "attention"
 
 
+def test_every_path_the_docs_write_is_ignored():
+    """course/, grading/, similarity/, the roster and the exported grades: all ignored by git."""
+    text = (ROOT / "INSTRUCTORS.md").read_text(encoding="utf-8")
+    paths = written_paths(text)
+    for readme_path, folder in written_paths((ROOT / "README.md").read_text(encoding="utf-8"),
+                                             fenced_only=False).items():
+        if readme_path.islower():  # a placeholder such as OUT or FILE names nothing
+            paths[readme_path] = paths.get(readme_path, False) or folder
+    assert {"course", "grading", "similarity", "roster.csv", "canvas_grades.csv"} <= set(paths), paths
+    assert {name for name, ignored in ignored_by_git(paths).items() if not ignored} == set(), paths
+
+
 def test_every_command_of_instructors_md_runs(tmp_path):
+    page = (ROOT / "INSTRUCTORS.md").read_text(encoding="utf-8")
+    present = snapshot(sorted(written_paths(page)))  # a class of this working clone, if any
     term = Term(tmp_path)
+    before = {p.name for p in term.clone.iterdir()}
     seen: set[str] = set()
     counts = {"bash": 0, "bash student": 0, "bash service": 0, "python": 0}
     try:
-        for info, body in blocks((ROOT / "INSTRUCTORS.md").read_text(encoding="utf-8")):
+        for info, body in blocks(page):
             if info not in counts:
                 continue
             counts[info] += 1
@@ -236,4 +298,8 @@ def test_every_command_of_instructors_md_runs(tmp_path):
     grading = term.clone / "grading"
     assert (grading / "grades.csv").is_file() and (term.clone / "canvas_grades.csv").is_file()
     assert (term.clone / "similarity" / "similarity.html").is_file()
-    assert not any(ROOT.glob("grading")) and not (ROOT / "course").exists()  # the page ran in the copy
+    assert snapshot(sorted(present)) == present  # the page ran in the copy, and left this clone's class be
+    created = {p.name: p.is_dir() for p in term.clone.iterdir() if p.name not in before}
+    assert {"course", "grading", "similarity"} <= set(created), created
+    exposed = {name for name, ignored in ignored_by_git(created).items() if not ignored}
+    assert exposed == set(), f"the term wrote paths .gitignore does not ignore: {sorted(exposed)}"
