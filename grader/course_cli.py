@@ -64,6 +64,9 @@ def add_course_commands(commands: Any) -> None:
                         help="student_id plus the LMS's ids, names, emails, section")
     export.add_argument("--missing-as-zero", action="store_true",
                         help="a roster student without a submission scores 0 (default: left empty)")
+    export.add_argument("--db", default=None, metavar="URL",
+                        help="the gradebook's SQLAlchemy URL (default OUT/gradebook.db); its final scores "
+                             "(hand grades included, minus late penalties) are exported")
     export.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     export.set_defaults(course_command=_export)
 
@@ -100,12 +103,12 @@ def exchange_course(inbound: Path, exchange: Path | None) -> tuple[str | None, P
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grader.cli import UsageError
     from grader.export import ExportError, export
+    from grader.usage_error import UsageError
 
     try:
         report = export(args.out, args.format, args.output, roster=args.roster,
-                        missing_as_zero=args.missing_as_zero)
+                        missing_as_zero=args.missing_as_zero, db_url=args.db)
     except ExportError as exc:
         raise UsageError(str(exc)) from exc
     for line in report.lines():
@@ -114,8 +117,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _formgrader(args: argparse.Namespace) -> int:
-    from grader.cli import UsageError
     from grader.formgrader import FormgraderError, serve
+    from grader.usage_error import UsageError
 
     try:
         return serve(args.out, args.port)

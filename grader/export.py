@@ -1,7 +1,11 @@
 """``python -m grader export OUT --format canvas|moodle|wide [--roster ROSTER.csv] -o FILE``.
 
-The grades of an autograde OUT (the rows of its grades.csv, read from their results.json;
-scores after any late penalty) for a learning management system:
+The grades of an autograde OUT (the submissions of its grades.csv) for a learning
+management system. Scores are final, as ``nbgrader export`` reads them: from the gradebook
+(OUT/gradebook.db, or ``db_url``), autograde plus any hand grade given in formgrader, minus
+the late penalty (``grader.export_gradebook``); results.json supplies only what the gradebook
+does not hold, and every disagreement between the two is a warning line of the report. Without
+a gradebook the scores are results.json's, and the report says so. The formats:
 
 - ``canvas``: the CSV Canvas's gradebook import reads, laid out as Canvas's own export:
   ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``, then one column per
@@ -45,7 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.autograde.gradebook import GradebookUnavailable
 from grader.autograde.reports import csv_cell, printable, write_csv
+from grader.export_gradebook import default_db_url, with_gradebook_scores
 
 FORMATS = ("canvas", "moodle", "wide")
 _ALIASES = {"student_id": "student_id", "student": "name", "name": "name", "full_name": "name",
@@ -70,10 +76,15 @@ class ExportReport:
     not_on_roster: list[str] = field(default_factory=list)
     missing_as_zero: bool = False
     indistinct: list[str] = field(default_factory=list)  # students left out: their ids would read alike
+    scores_from: str = ""  # the gradebook's URL, or "" for results.json
+    warnings: list[str] = field(default_factory=list)  # results.json and the gradebook disagree
 
     def lines(self) -> list[str]:
         lines = [f"wrote {self.path} ({self.fmt}): {self.students} students, "
-                 f"{len(self.assignments)} assignments ({', '.join(self.assignments) or 'none'})"]
+                 f"{len(self.assignments)} assignments ({', '.join(self.assignments) or 'none'})",
+                 f"scores from the gradebook {self.scores_from}" if self.scores_from else
+                 "scores from results.json: OUT has no gradebook.db (give --db URL for another gradebook)"]
+        lines += self.warnings
         for assignment, students in sorted(self.missing.items()):
             how = "scored 0 (--missing-as-zero)" if self.missing_as_zero else "left empty"
             lines.append(f"no submission of {assignment} from {len(students)} roster students, {how}: "
@@ -92,10 +103,17 @@ def _ids(students: list[str]) -> str:
 
 
 def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
-           missing_as_zero: bool = False) -> ExportReport:
+           missing_as_zero: bool = False, db_url: str | None = None) -> ExportReport:
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     results = graded_results(out)
+    db_url = db_url or default_db_url(out)
+    warnings: list[str] = []
+    if db_url is not None:
+        try:
+            results, warnings = with_gradebook_scores(results, db_url)
+        except GradebookUnavailable as exc:
+            raise ExportError(str(exc)) from None
     people, canvas_ids = read_roster(roster) if roster is not None else (None, {})
     assignments = sorted({r["assignment"] for r in results})
     by_key = {(r["student_id"], r["assignment"]): r for r in results}
@@ -107,7 +125,8 @@ def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
         listed = {p["student_id"] for p in people}
         not_on_roster = [s for s in graded if s not in listed]
     report = ExportReport(target, fmt, len(people), assignments, not_on_roster=not_on_roster,
-                          missing_as_zero=missing_as_zero)
+                          missing_as_zero=missing_as_zero, warnings=warnings,
+                          scores_from=_shown_url(db_url) if db_url else "")
     for a in assignments:
         absent = [p["student_id"] for p in people if (p["student_id"], a) not in by_key]
         if absent:
@@ -288,6 +307,15 @@ def _wide(people, assignments, results, score, canvas_ids, by_key, missing_as_ze
             cells += [_number(points[c]) if c in points else empty for c in tests[a]]
         rows.append(cells)
     return header, rows
+
+
+def _shown_url(db_url: str) -> str:
+    import sqlalchemy
+
+    try:
+        return sqlalchemy.engine.make_url(db_url).render_as_string(hide_password=True)
+    except Exception:
+        return "(an unreadable URL)"
 
 
 def _number(value: Any) -> int | float:
