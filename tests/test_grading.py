@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -110,10 +111,20 @@ def graded(tmp_path_factory):
     out = root / "out"
     command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
                "--timeout", "20", "--workers", "2", "--quiet"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    phases = root / "phases.json"  # grader/autograde/phases.py: what the parent did, counted
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "GRADER_PHASES": str(phases)})
     assert run.returncode == 0, run.stderr
     return {"root": root, "submitted": submitted, "out": out, "command": command,
-            "stdout": run.stdout}
+            "stdout": run.stdout, "phases": json.loads(phases.read_text())}
+
+
+def test_the_parent_computes_no_reference_answer(graded):
+    """Issue 32's proxy for the parent's serial work: every job's references came from the
+    judge pool, beside the workers; the parent's loop computed none (no timing here)."""
+    phases = graded["phases"]
+    assert phases["judge_pool.jobs"]["count"] >= 20  # a job per graded notebook
+    assert phases["parent.references_computed"]["count"] == 0
 
 
 def result(graded, student) -> dict:

@@ -51,7 +51,7 @@ from grader.autograde.sources import SourceAssignment, SourceError, code_cells, 
 from grader.autograde.submissions import Submission
 from grader.deadlines import TIMESTAMP_FILE, LatePolicy, read_timestamp
 
-__all__ = ["GradeOptions", "Run", "SourceError", "SubmissionResult", "TestResult", "autograde"]
+__all__ = ["GradeOptions", "Run", "SourceError", "SubmissionResult", "TestResult"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ class Run:
         checks = [check for cell in (expected or {}).values() for check in cell]
         if checks:  # computed by the judge pool while the job waits and runs
             self.references[job_id] = self.judges.references(salted_cases(job.salt, checks))
+            phases.count("judge_pool.jobs")
         return job
 
     def context(self, assignment: str) -> str:
@@ -114,20 +115,6 @@ class Run:
     def beside_files(*folders: Submission | Path | None) -> list[WalkedFile]:
         """The files a job gets beside its notebook (see ``_beside_files``)."""
         return _beside_files(*folders)
-
-
-def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions,
-              server: Executor, work: Path) -> Summary:
-    """Grade every submission under ``submitted`` against ``source``; see ARCHITECTURE.md.
-
-    ``server`` is the Executor (a ForkServer, a DaskExecutor) the caller started early (its
-    imports overlap with ours) and ``work`` the private folder it hides from every child;
-    both are closed/removed here. One batch of a :class:`~grader.autograde.session.GradingSession`.
-    """
-    from grader.autograde.session import GradingSession
-
-    with GradingSession(out, source, options, server, work) as session:
-        return session.grade(submitted)
 
 
 def _beside_files(*folders: Submission | Path | None) -> list[WalkedFile]:
@@ -256,10 +243,12 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
         if job.job.id in run.references:
             with phases.phase("parent.wait_for_judge_pool"):
                 run.answers.fill(run.references.pop(job.job.id).result())
+        computed = run.answers.computed  # by the parent itself: none, when the pool answered
         with phases.phase("parent.judging"):
             result.tests += score_notebook(job.notebook, job.sanitized.nb, report, expected,
                                            timed_out=job.finished.timed_out, salt=job.job.salt,
                                            delegation=delegation, answers=run.answers)
+        phases.count("parent.references_computed", run.answers.computed - computed)
         with phases.phase("write.gradebook"):
             _save(run, job, sub)
     graded = {job.notebook for job in jobs}
