@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from grader import decline_iri_checker
 from grader.paths import SOLUTIONS
+from grader.usage_error import UsageError
 
 if TYPE_CHECKING:  # only the autograde command imports the sandbox
     from grader.autograde.executor import Executor
@@ -42,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="run a notebook's visible tests and explain them, "
                                               "confined as autograde confines a submission")
     check.add_argument("notebook", type=Path)
-    check.add_argument("--timeout", type=_positive(float), default=120.0)
+    check.add_argument("--timeout", type=_positive(float), default=120.0,
+                       help="seconds the notebook may run (default: 120)")
     check.add_argument("--unconfined", action="store_true",
                        help="for your own notebook only: run it in its own folder with limits but "
                             "no confinement (see SECURITY.md)")
@@ -83,10 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
     similar.add_argument("--threshold", type=_fraction, default=DEFAULT_THRESHOLD,
                          help=f"pairs scoring this or more are listed, 0 to 1 (default {DEFAULT_THRESHOLD})")
     return parser
-
-
-class UsageError(Exception):
-    """A problem with the command's input: printed as ``error: ...``, exit status 2."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +156,8 @@ def _autograde(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     # imported after the server has started: its own imports overlap with these
     from grader.autograde.gradebook import GradebookUnavailable
-    from grader.autograde.pipeline import GradeOptions, SourceError, autograde
+    from grader.autograde.pipeline import GradeOptions, SourceError
+    from grader.autograde.session import autograde
     from grader.nbgrader_course import NbgraderError
 
     options = GradeOptions(db_url=args.db, workers=workers or os.cpu_count() or 1,

@@ -165,3 +165,15 @@ def _invalid_id_row(sub: Submission) -> dict[str, Any]:
 def _results_for(out: Path, submissions: list[Submission]) -> list[dict[str, Any]]:
     keys = {(s.student, s.assignment) for s in submissions if not s.unsafe_id}
     return [r for r in reports.read_results(out) if (r.get("student_id"), r.get("assignment")) in keys]
+
+
+def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions,
+              server: Executor, work: Path) -> Summary:
+    """Grade every submission under ``submitted`` against ``source``; see ARCHITECTURE.md.
+
+    ``server`` is the Executor (a ForkServer, a DaskExecutor) the caller started early (its
+    imports overlap with ours) and ``work`` the private folder it hides from every child;
+    both are closed/removed here. One batch of a :class:`GradingSession`.
+    """
+    with GradingSession(out, source, options, server, work) as session:
+        return session.grade(submitted)

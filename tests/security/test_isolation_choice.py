@@ -12,7 +12,8 @@ from grader.autograde import confine, fork_client
 from grader.autograde.executor import IsolationUnavailable
 from grader.autograde.fork_client import ForkServer
 from grader.autograde.fork_protocol import Isolation, ServerConfig
-from grader.autograde.pipeline import GradeOptions, autograde
+from grader.autograde.pipeline import GradeOptions
+from grader.autograde.session import autograde
 from grader.paths import SOLUTIONS
 from tests.notebook_runner import learner_notebook
 
