@@ -19,8 +19,11 @@ def modules_in_the_tree() -> set[str]:
     }
 
 
-def modules_in_the_map() -> set[str]:
-    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+def modules_in_the_map(text: str | None = None) -> set[str]:
+    """The modules named by the map's entries (``- `path.py`: ...``) in ``text``, by default
+    ARCHITECTURE.md's own."""
+    if text is None:
+        text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     section = text.split("## Module map", 1)[1]
     return set(re.findall(r"^- `([\w/]+\.py)`:", section, flags=re.M))
 
@@ -32,8 +35,10 @@ def test_the_module_map_names_every_module_and_only_those():
 
 
 def test_the_map_reads_a_planted_module():
-    """The parser sees an entry in the map's format, so the comparison above can fail."""
+    """The parser the test above uses sees an entry in the map's format (and only in the map's
+    section), so the comparison above can fail."""
     planted = "grader/" + "planted.py"  # built, so that no checker takes it for a pointer
-    sample = f"## Module map\n\n- `{planted}`: a module.\n"
-    assert re.findall(r"^- `([\w/]+\.py)`:", sample.split("## Module map", 1)[1], flags=re.M) == [
-        planted]
+    before = "grader/" + "before_the_map.py"
+    sample = f"- `{before}`: not in the map.\n## Module map\n\n- `{planted}`: a module.\nprose `x.py`: no.\n"
+    assert modules_in_the_map(sample) == {planted}
+    assert planted not in modules_in_the_map()
