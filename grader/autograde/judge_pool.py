@@ -107,4 +107,4 @@ class JudgePool:
         return self._pool.submit(bug_outputs, case).result()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # none left running after the run
