@@ -35,10 +35,13 @@ def add_course_options(grade: argparse.ArgumentParser) -> None:
     grade.add_argument("--due", default=None, metavar='"YYYY-MM-DD HH:MM[:SS] TZ"',
                        help="the due date (written into the gradebook's assignments); default: the "
                             "due date the gradebook's assignment has, if any")
-    grade.add_argument("--late-policy", default="none", metavar="none|zero|subtract-per-hour:P",
+    grade.add_argument("--late-policy", default="none",
+                       metavar="none|zero|subtract-per-hour:P|subtract-percent-per-hour:P",
                        help="late penalty per notebook, as nbgrader's late-submission plugins: none "
                             "(default), zero (the notebook's score), subtract-per-hour:P (P points "
-                            "for every hour or part of one late)")
+                            "per started hour late: 1 min late is 1 hour; nbgrader's example plugin "
+                            "rounds to the nearest hour instead), subtract-percent-per-hour:P (P%% of "
+                            "the notebook's score per started hour)")
     grade.add_argument("--retry-timeouts", action="store_true",
                        help="grade timeouts again (by default a timeout is retried once, then kept)")
     grade.add_argument("--group-readable", action="store_true",

@@ -12,8 +12,10 @@
   plugin for each notebook's penalty and keeps it between 0 and that notebook's score.
   ``none`` and ``zero`` are nbgrader's ``LateSubmissionPlugin`` methods (no penalty; the
   notebook's whole score); ``subtract-per-hour:P`` is :class:`SubtractPerHour`, P points for
-  every hour or part of an hour late (nbgrader's documented example plugin rounds to the
-  nearest hour instead, which lets a submission 29 minutes late through unpunished).
+  every started hour late, ``ceil(seconds_late / 3600) * P`` (nbgrader's documented example
+  plugin rounds to the nearest hour instead, which lets a submission 29 minutes late through
+  unpunished); ``subtract-percent-per-hour:P`` is :class:`SubtractPercentPerHour`, P percent
+  of the notebook's score for every started hour, ``ceil(seconds_late / 3600) * P/100 * score``.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def parse_due(text: str) -> datetime:
 
 @dataclass(frozen=True)
 class LatePolicy:
-    """``none``, ``zero`` or ``subtract-per-hour:P``."""
+    """``none``, ``zero``, ``subtract-per-hour:P`` (points) or ``subtract-percent-per-hour:P``."""
 
     method: str = "none"
     points_per_hour: float = 0.0
@@ -77,18 +79,19 @@ class LatePolicy:
         if text in ("none", "zero"):
             return cls(text)
         name, _, points = text.partition(":")
-        if name == "subtract-per-hour":
+        if name in ("subtract-per-hour", "subtract-percent-per-hour"):
             try:
                 value = float(points)
             except ValueError:
                 value = -1.0
-            if value > 0 and math.isfinite(value):
+            if value > 0 and math.isfinite(value) and (name == "subtract-per-hour" or value <= 100):
                 return cls(name, value)
-        raise DeadlineError(f"--late-policy {text!r}: expected none, zero or subtract-per-hour:P "
-                            "with P > 0 points per hour late")
+        raise DeadlineError(f"--late-policy {text!r}: expected none, zero, subtract-per-hour:P (P > 0 "
+                            "points per started hour late) or subtract-percent-per-hour:P (0 < P <= 100 "
+                            "percent of the notebook's score per started hour)")
 
     def __str__(self) -> str:
-        if self.method == "subtract-per-hour":
+        if self.method.startswith("subtract-"):
             return f"{self.method}:{self.points_per_hour:g}"
         return self.method
 
@@ -98,6 +101,9 @@ class LatePolicy:
         if self.method == "subtract-per-hour":
             config.AssignLatePenalties.plugin_class = SubtractPerHour
             config.SubtractPerHour.points_per_hour = self.points_per_hour
+        elif self.method == "subtract-percent-per-hour":
+            config.AssignLatePenalties.plugin_class = SubtractPercentPerHour
+            config.SubtractPercentPerHour.percent_per_hour = self.points_per_hour
         else:
             config.LateSubmissionPlugin.penalty_method = self.method
         return config
@@ -110,6 +116,16 @@ class SubtractPerHour(BasePlugin):
 
     def late_submission_penalty(self, student_id: str, score: float, total_seconds_late: float) -> float:
         return math.ceil(total_seconds_late / 3600) * self.points_per_hour
+
+
+class SubtractPercentPerHour(BasePlugin):
+    """nbgrader late-submission plugin: ``percent_per_hour`` percent of the notebook's score for
+    each started hour, so a notebook 2 h 10 min late under 10 keeps 70% of its score."""
+
+    percent_per_hour = Float(10.0, help="percent of the score taken per started hour late").tag(config=True)
+
+    def late_submission_penalty(self, student_id: str, score: float, total_seconds_late: float) -> float:
+        return min(score, math.ceil(total_seconds_late / 3600) * self.percent_per_hour / 100 * score)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ package's version (:mod:`grader.course_location`).
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +45,11 @@ def assignments(source: Path = SOLUTIONS) -> list[str]:
     return sorted(p.parent.name for p in source.glob("*/*.ipynb") if p.stem == p.parent.name)
 
 
-def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Path = CHAPTERS) -> list[Path]:
+def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Path = CHAPTERS,
+            say: Callable[[str], None] = print) -> list[Path]:
     """Generate the learner notebooks of ``names`` (default: all), copy them to ``target``, and
-    write the expected values of their visible checks; returns the files written."""
+    write the expected values of their visible checks; returns the files written. ``say``
+    gets one line per assignment: what was written, and how long it took."""
     names = names or assignments(source)
     unknown = sorted(set(names) - set(assignments(source)))
     if unknown:
@@ -54,14 +58,19 @@ def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Pa
     written += derive_install_references([source / n / f"{n}.ipynb" for n in names])
     with temporary_course(source) as api:
         for name in names:
+            start = time.monotonic()
             released = generate_assignment(api, name) / f"{name}.ipynb"
             destination = target / name / f"{name}.ipynb"
-            if destination.is_file() and destination.read_bytes() == released.read_bytes():
-                continue  # unchanged: not rewritten, not reported
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(released, destination)
-            written.append(destination)
-    return written + write_expected_data(names, source)
+            rewritten = not (destination.is_file() and destination.read_bytes() == released.read_bytes())
+            if rewritten:  # unchanged: not rewritten, not reported
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(released, destination)
+                written.append(destination)
+            data = write_expected_data([name], source)
+            written += data
+            say(f"{name}: learner notebook {'written' if rewritten else 'up to date'}, "
+                f"{len(data)} expected-data files written, in {time.monotonic() - start:.1f} s")
+    return written
 
 
 def exercise_cells(nb: nbformat.NotebookNode) -> list[tuple[str, int]]:
