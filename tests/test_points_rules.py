@@ -4,6 +4,7 @@ decided from arrays, check_close judged in the parent, memory budgets per test c
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ from attention_learner.conventions import AFTER, convention_facts
 from grader.autograde.child_report import Record, decode_array, encode_arrays
 from grader.autograde.delegation import FORBIDDEN, analyse
 from grader.autograde.judging import ExpectedCheck, judge_close, rejudge
-from grader.autograde.scoring import memory_budgets
+from grader.autograde.scoring import delegation_of, memory_budgets
 from grader.exercises import all_exercises
 from tests.notebook_runner import assignments, source_notebook
 
@@ -80,14 +81,24 @@ def test_computed_names_are_flagged_for_review_not_scored():
 
 
 def test_the_course_solutions_delegate_nothing():
+    """The grader's own ``delegation_of``, given each solution notebook as the submission."""
+    checked = 0
     for assignment in assignments():
         nb = source_notebook(assignment)
-        solutions = {c.metadata.nbgrader["grade_id"]: c.source for c in nb.cells
-                     if (c.metadata.get("nbgrader") or {}).get("solution")}
-        given = [c.source for c in nb.cells if c.cell_type == "code"
-                 and not (c.metadata.get("nbgrader") or {}).get("solution")]
-        found = analyse(solutions, given)
+        found = delegation_of(nb, nb)
         assert found.delegated == {} and found.review == [], (assignment, found)
+        checked += 1
+    assert checked >= 9  # one per chapter's assignment: the loop ran
+
+
+def test_delegation_of_reads_a_solution_cell_of_a_real_notebook():
+    """The same call catches a solution notebook whose softmax cell hands the work to torch."""
+    nb = source_notebook(next(a for a in assignments() if any(
+        (c.metadata.get("nbgrader") or {}).get("grade_id") == "softmax" for c in source_notebook(a).cells)))
+    submitted = copy.deepcopy(nb)
+    cell = next(c for c in submitted.cells if (c.metadata.get("nbgrader") or {}).get("grade_id") == "softmax")
+    cell.source = "import torch\ndef softmax(z, axis=-1):\n    return torch.softmax(z, axis)\n"
+    assert "softmax" in delegation_of(submitted, nb).delegated
 
 
 def test_every_forbidden_list_names_a_graded_exercise():
