@@ -8,6 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attention_learner.cases import get_case
+from attention_learner.recording import drawn_seed
 from grader.checks import check
 from grader.exercises import get_exercise
 from grader.exercises.ch01 import EXERCISES
@@ -161,12 +163,66 @@ def test_gru_encoder_decoder_shapes_and_a_short_training_run():
 # ---------------------------------------------------------------- the exercise specs
 
 
+def _torch_rnn(W_xh: np.ndarray, W_hh: np.ndarray, b: np.ndarray) -> torch.nn.RNN:
+    """torch's own tanh RNN holding these weights (torch computes x W_ih^T + h W_hh^T + b)."""
+    rnn = torch.nn.RNN(W_xh.shape[0], W_xh.shape[1], nonlinearity="tanh", dtype=torch.float64)
+    with torch.no_grad():
+        rnn.weight_ih_l0.copy_(torch.tensor(W_xh).T)
+        rnn.weight_hh_l0.copy_(torch.tensor(W_hh).T)
+        rnn.bias_ih_l0.copy_(torch.tensor(b))
+        rnn.bias_hh_l0.zero_()
+    return rnn
+
+
+def torch_rnn_step(x_t, h_prev, W_xh, W_hh, b):
+    """One step of torch.nn.RNN, every leading batch dimension flattened into its batch."""
+    batch = x_t.shape[:-1]
+    x = torch.tensor(x_t).reshape(1, -1, x_t.shape[-1])  # (1 step, B, d_in)
+    h = torch.tensor(h_prev).reshape(1, -1, h_prev.shape[-1])  # (1 layer, B, d_h)
+    with torch.no_grad():
+        _, h_next = _torch_rnn(W_xh, W_hh, b)(x, h)  # (1, B, d_h)
+    return h_next.reshape(*batch, h_prev.shape[-1]).numpy()
+
+
+def torch_rnn_forward(X, h0, W_xh, W_hh, b):
+    """torch.nn.RNN over the whole sequence: H (T, d_h)."""
+    with torch.no_grad():
+        H, _ = _torch_rnn(W_xh, W_hh, b)(torch.tensor(X), torch.tensor(h0)[None])  # (T, d_h)
+    return H.numpy()
+
+
+def svd_jacobian_norms(H, W_hh):
+    """||d h_T / d h_{T-k}||_2 by the chain rule written out (J_t = diag(1 - h_t^2) W_hh^T),
+    each product built from the left and measured by torch's singular values."""
+    H, W = torch.tensor(H), torch.tensor(W_hh)
+    T, d_h = H.shape
+    norms, product = [1.0], torch.eye(d_h, dtype=torch.float64)
+    for k in range(1, T):
+        product = product @ (torch.diag(1 - H[T - k] ** 2) @ W.T)  # (d_h, d_h)
+        norms.append(float(torch.linalg.svdvals(product)[0]))
+    return np.array(norms)
+
+
+INDEPENDENT = {"rnn_step": torch_rnn_step, "rnn_forward": torch_rnn_forward,
+               "jacobian_norms": svd_jacobian_norms}
+
+
 @pytest.mark.parametrize("name", [e.name for e in EXERCISES])
 def test_reference_passes_every_notebook_case(name):
+    """On the inputs of every notebook case, the reference agrees with torch's RNN (or, for the
+    norms, the chain rule measured by torch's SVD), and passes the case itself."""
     reference = {"rnn_step": rnn_step, "rnn_forward": rnn_forward, "jacobian_norms": jacobian_norms}
+    case, compared = get_case(name), 0
     for exercise, seed, params in notebook_checks("01_rnn_bottlenecks"):
         if exercise == name:
+            inputs = case.make_inputs(np.random.default_rng(drawn_seed(name, seed, params)), **params)
+            ours, theirs = case.call(reference[name], inputs), case.call(INDEPENDENT[name], inputs)
+            assert ours.keys() == theirs.keys()
+            for key in ours:
+                np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-9, atol=1e-12)
             check(name, reference[name], seed=seed, **params)
+            compared += 1
+    assert compared > 0, f"the notebook never checks {name}"
 
 
 def test_every_listed_bug_is_caught_and_named_by_the_notebook_cases():
