@@ -98,6 +98,10 @@ MHA_BUGS = {
     NO_TRANSPOSE: lambda i: mha_variant(i, split=_split_no_transpose, merge=_merge_no_transpose),
     MERGE_NO_TRANSPOSE: lambda i: mha_variant(i, merge=_merge_no_transpose),
     INTERLEAVED: lambda i: mha_variant(i, split=_split_interleaved, merge=_merge_interleaved),
+    "the heads merged in another order than they were split (merge_heads must undo "
+    "split_heads: transpose(1, 2) back to (B, n, h, d_head), then reshape to (B, n, d_model))": (
+        lambda i: mha_variant(i, merge=_merge_interleaved)
+    ),
     "the scores were scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head) (each head compares "
     "vectors of size d_head)": lambda i: mha_variant(i, scale=1.0 / math.sqrt(mha_d_model(i))),
     "the scores were not divided by sqrt(d_head)": lambda i: mha_variant(i, scale=1.0),

@@ -223,4 +223,48 @@ def merge_heads(X):
                             "self.W_o = nn.Linear(d_model, d_model)")),
         expect="bias=False must build",
     ),
+    Bug(
+        exercise="MultiHeadAttention",
+        name="scores_not_scaled",
+        code=_mha("""
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        scores = q @ k.transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return self.W_o(merge_heads(weights @ v)), weights
+"""),
+        expect="the scores were not divided by sqrt(d_head)",
+    ),
+    Bug(
+        exercise="MultiHeadAttention",
+        name="values_from_key",
+        code=_mha("""
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(key), self.num_heads)
+        heads, weights = scaled_dot_product_attention_torch(q, k, v, mask)
+        return self.W_o(merge_heads(heads)), weights
+"""),
+        expect="the values were computed from the key tensor",
+    ),
+    Bug(
+        exercise="MultiHeadAttention",
+        name="merge_does_not_undo_split",
+        code=_mha("""
+    def forward(self, query, key, value, mask=None):
+        B, n_q, d_model = query.shape
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        heads, weights = scaled_dot_product_attention_torch(q, k, v, mask)
+        merged = heads.permute(0, 2, 3, 1).reshape(B, n_q, d_model)
+        return self.W_o(merged), weights
+"""),
+        expect="the heads merged in another order than they were split",
+    ),
 ]
