@@ -10,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
+from attention_learner.cases import get_case
+from attention_learner.recording import drawn_seed
 from grader.checks import check
 from grader.exercises.ch02 import EXERCISES
 from grader.reference import softmax
@@ -141,11 +143,40 @@ def test_the_pronoun_attends_most_to_its_antecedent(adjective, antecedent):
 # ---------------------------------------------------------------- the exercise specs
 
 
+def _t(a: np.ndarray) -> torch.Tensor:
+    return torch.tensor(np.asarray(a, dtype=np.float64))
+
+
+def _torch_attention(Q, K, V):
+    """softmax(Q K^T) V by torch's own scaled_dot_product_attention at scale 1, and its weights."""
+    Q, K, V = _t(Q), _t(K), _t(V)
+    return F.scaled_dot_product_attention(Q, K, V, scale=1.0).numpy(), torch.softmax(Q @ K.T, -1).numpy()
+
+
+INDEPENDENT = {
+    "dot_scores": lambda q, K: torch.mv(_t(K), _t(q)).numpy(),
+    "softmax": lambda z, axis=-1: torch.softmax(_t(z), dim=axis).numpy(),
+    "attend": lambda q, K, V: tuple(x[0] for x in _torch_attention(np.asarray(q)[None], K, V)),
+    "project_qkv": lambda X, *Ws: tuple(F.linear(_t(X), _t(W).T).numpy() for W in Ws),
+    "dot_product_attention": _torch_attention,
+}
+
+
 @pytest.mark.parametrize("name", list(REFERENCE))
 def test_reference_passes_every_notebook_case(name):
+    """On the inputs of every notebook case, the reference agrees with torch's own functions
+    (softmax, mv, linear, scaled_dot_product_attention at scale 1), and passes the case itself."""
+    case, compared = get_case(name), 0
     for exercise, seed, params in notebook_checks("02_queries_keys_values"):
         if exercise == name:
+            inputs = case.make_inputs(np.random.default_rng(drawn_seed(name, seed, params)), **params)
+            ours, theirs = case.call(REFERENCE[name], inputs), case.call(INDEPENDENT[name], inputs)
+            assert ours.keys() == theirs.keys()
+            for key in ours:
+                np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-9, atol=1e-12, err_msg=key)
             check(name, REFERENCE[name], seed=seed, **params)
+            compared += 1
+    assert compared > 0, f"the notebook never checks {name}"
 
 
 def test_every_listed_bug_is_caught_and_named_by_the_notebook_cases():
