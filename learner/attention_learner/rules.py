@@ -98,6 +98,12 @@ OTHER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         ("dtype", "Return an int64 `torch.Tensor`: a list, a NumPy array or a tensor of another "
                   "dtype earns 0 on its tests."),
     ),
+    # chapter 9
+    "FlashAttention": (
+        ("memory", "Never hold the whole `(n_q, n_k)` score or weight matrix, forward or backward: the "
+                   "memory test earns 0 when its graded case goes over the memory limit that such a "
+                   "matrix does not fit in."),
+    ),
 }
 
 #: the NumPy conventions (:mod:`attention_learner.conventions`), for the exercises that keep them
