@@ -61,6 +61,15 @@ def causal_mask(n):
     ),
     Bug(
         exercise="causal_mask",
+        name="sees_the_next_position",
+        code="""
+def causal_mask(n):
+    return torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+""",
+        expect="lets position i see position i + 1",
+    ),
+    Bug(
+        exercise="causal_mask",
         name="diagonal_left_out",
         code="""
 def causal_mask(n):
@@ -148,6 +157,30 @@ def padding_mask(lengths, max_len):
         return self.norm2(x + self.ff(x))
 """,
         expect="residual",
+    ),
+    Bug(
+        exercise="EncoderLayer",
+        name="feed_forward_residual_missing",
+        code=_ENCODER_INIT
+        + """
+    def forward(self, x, pad_mask=None):
+        mask = None if pad_mask is None else pad_mask[:, None, None, :]
+        x = self.norm1(x + self.self_attn(x, x, x, mask)[0])
+        return self.norm2(self.ff(x))
+""",
+        expect="the residual connection around the feed-forward network is missing",
+    ),
+    Bug(
+        exercise="EncoderLayer",
+        name="padding_mask_inverted",
+        code=_ENCODER_INIT
+        + """
+    def forward(self, x, pad_mask=None):
+        mask = None if pad_mask is None else ~pad_mask[:, None, None, :]
+        x = self.norm1(x + self.self_attn(x, x, x, mask)[0])
+        return self.norm2(x + self.ff(x))
+""",
+        expect="the padding mask is inverted",
     ),
     Bug(
         exercise="EncoderLayer",
