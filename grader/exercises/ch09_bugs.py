@@ -154,31 +154,24 @@ WINDOW_BUGS = {
 
 
 def rolling_model(inputs: dict[str, Any], mistake: str | None) -> dict[str, Any]:
-    """What append returns at each step (concatenated, as the case reports it) for a cache
-    that keeps the wrong positions or labels them wrongly."""
+    """What append returns at each step (concatenated, as the case reports it) for a cache with
+    one mistake, simulated as the mistaken code runs: positions labelled and evicted by its rule."""
     w, sinks = inputs["window"], inputs["sinks"]
     k, v = inputs["k"], inputs["v"]
+    labels, rows = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)  # what the cache holds
     keys, values, positions, kept = [], [], [], []
-    restarted = np.concatenate([np.arange(e - st) for st, e in rolling_bounds(inputs["chunks"])])
-    for _, b in rolling_bounds(inputs["chunks"]):
-        pos = np.arange(b)
-        rule = {
-            "no_sinks": pos >= b - w,
-            "inside": (pos < sinks) | (pos >= b - max(w - sinks, 0)),
-            "over": (pos < sinks) | (pos >= b - w - 1),
-            "under": (pos < sinks) | (pos >= b - w + 1),
-        }
-        keep = rule.get(mistake, (pos < sinks) | (pos >= b - w))
-        keys.append(k[:, :, :b][:, :, keep]), values.append(v[:, :, :b][:, :, keep])
-        labels = {"restart": restarted[:b][keep], "relative": np.arange(keep.sum())}.get(mistake, pos[keep])
-        positions.append(labels.astype(np.float64)), kept.append(float(keep.sum()))
-    return {
-        "keys": np.concatenate(keys, axis=-2),
-        "values": np.concatenate(values, axis=-2),
-        "positions": np.concatenate(positions),
-        "kept": np.array(kept),
-        "lengths": np.cumsum(inputs["chunks"]).astype(np.float64),
-    }
+    for a, b in rolling_bounds(inputs["chunks"]):
+        new = np.arange(b - a) if mistake == "restart" else np.arange(a, b)
+        labels, rows = np.concatenate([labels, new]), np.concatenate([rows, np.arange(a, b)])
+        recent = {"inside": b - max(w - sinks, 0), "over": b - w - 1, "under": b - w + 1}.get(mistake, b - w)
+        keep = labels >= recent if mistake == "no_sinks" else (labels < sinks) | (labels >= recent)
+        labels, rows = labels[keep], rows[keep]
+        keys.append(k[:, :, rows]), values.append(v[:, :, rows])
+        shown = np.arange(len(labels)) if mistake == "relative" else labels
+        positions.append(shown.astype(np.float64)), kept.append(float(len(labels)))
+    return {"keys": np.concatenate(keys, axis=-2), "values": np.concatenate(values, axis=-2),
+            "positions": np.concatenate(positions), "kept": np.array(kept),
+            "lengths": np.cumsum(inputs["chunks"]).astype(np.float64)}
 
 
 ROLLING_BUGS = {
