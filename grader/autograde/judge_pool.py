@@ -77,6 +77,13 @@ def bug_outputs(case: Case) -> list[tuple[str, dict[str, np.ndarray]]]:
     return spec.bug_outputs(spec.make_inputs(np.random.default_rng(seed), **params))
 
 
+def memory_budgets() -> dict[str, int | None]:
+    """In a judge process: each exercise's memory budget (``Exercise.memory_budget``)."""
+    from grader.exercises import all_exercises
+
+    return {name: spec.memory_budget for name, spec in all_exercises().items()}
+
+
 def salted_cases(salt: int, checks: Iterable[Any]) -> list[Case]:
     """The cases a job's checks (``ExpectedCheck``) are judged on, under its ``salt``."""
     return [(c.exercise, grading_seed(salt, c.exercise, c.seed, c.params), c.params)
@@ -97,10 +104,17 @@ class JudgePool:
         # manager thread starts: so now, while the parent is still single-threaded (not
         # waited for: the processes import torch while the parent gets on with its work)
         self._pool.submit(_ready)
+        self._budgets: dict[str, int | None] | None = None
 
     def references(self, cases: list[Case]) -> Future:
         """A future of :func:`references` on ``cases``."""
         return self._pool.submit(references, cases)
+
+    def memory_budgets(self) -> dict[str, int | None]:
+        """Each exercise's memory budget, from the pool (the parent need not import them)."""
+        if self._budgets is None:
+            self._budgets = self._pool.submit(memory_budgets).result()
+        return self._budgets
 
     def bug_outputs(self, case: Case) -> list[tuple[str, dict[str, np.ndarray]]]:
         """The classic bugs' outputs for ``case``, computed in the pool (the caller waits)."""

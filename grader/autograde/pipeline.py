@@ -94,8 +94,9 @@ class Run:
         job_id = f"j{next(self._ids)}"
         folder = self.work / "jobs" / job_id
         course = any((expected or {}).values())  # its checks go through attention_learner
+        known = self.judges.memory_budgets() if course else None  # the pool's: none imported here
         write_job_cells(folder, [(i, c.source, is_test_cell(c)) for i, c in cells.items()],
-                        memory_budgets(cells, expected or {}), warnings_on_stdout=course)
+                        memory_budgets(cells, expected or {}, known), warnings_on_stdout=course)
         _copy_beside_files(folder / "home", files)
         # a fresh secret per job: the child's checks draw their inputs from it, the parent too
         job = ChildJob(job_id, str(folder), self.limits, salt=secrets.randbits(62) + 1)

@@ -56,22 +56,24 @@ def run_outcome(finished: Finished) -> tuple[Status, str, dict[int, CellReport]]
     return Status.CRASHED, why + (f"; last output: {log}" if log else ""), report
 
 
-def memory_budgets(cells: dict[int, NotebookNode],
-                   expected: dict[str, list[ExpectedCheck]]) -> dict[int, int]:
+def memory_budgets(cells: dict[int, NotebookNode], expected: dict[str, list[ExpectedCheck]],
+                   known: dict[str, int | None] | None = None) -> dict[int, int]:
     """Cell index -> the bytes it may allocate: the smallest ``memory_budget`` among the
-    exercises its checks judge (a test cell of the memory case), for the test cells with one."""
-    from grader.exercises import all_exercises
-
+    exercises its checks judge (a test cell of the memory case), for the test cells with one.
+    ``known``: exercise -> its budget, as the judge pool gave them (else the exercises are
+    imported here)."""
     if not any(expected.values()):  # the solution run: nothing known yet, nothing imported
         return {}
-    exercises = all_exercises()
+    if known is None:
+        from grader.exercises import all_exercises
+
+        known = {name: spec.memory_budget for name, spec in all_exercises().items()}
     budgets = {}
     for index, cell in cells.items():
         if not is_test_cell(cell):
             continue
         checks = expected.get(cell.metadata.nbgrader["grade_id"], [])
-        found = [exercises[c.exercise].memory_budget for c in checks
-                 if c.exercise in exercises and exercises[c.exercise].memory_budget]
+        found = [known[c.exercise] for c in checks if known.get(c.exercise)]
         if found:
             budgets[index] = min(found)
     return budgets
