@@ -82,12 +82,14 @@ def add_course_commands(commands: Any) -> None:
 
 def course_grade_options(args: argparse.Namespace) -> dict[str, Any]:
     """GradeOptions' course fields from autograde's arguments; ValueError says what is wrong."""
-    from grader.deadlines import LatePolicy, parse_due
+    from grader.deadlines import EXTENSIONS_FILE, LatePolicy, parse_due, read_extensions
 
     if args.watch is None and (args.exchange is not None or args.max_per_hour is not None):
         raise ValueError("--exchange and --max-per-hour go with --watch INBOUND")
     if args.watch is not None:
         exchange_course(args.watch, args.exchange)
+    if (args.out / EXTENSIONS_FILE).is_file():
+        read_extensions(args.out / EXTENSIONS_FILE)  # a bad table stops the run before it grades
     return {"due": parse_due(args.due) if args.due else None,
             "late_policy": LatePolicy.parse(args.late_policy),
             "retry_timeouts": args.retry_timeouts, "group_readable": args.group_readable}

@@ -26,11 +26,15 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dateutil import tz as dateutil_tz
 from nbgrader.plugins import BasePlugin
 from traitlets import Float
 from traitlets.config import Config
+
+if TYPE_CHECKING:
+    from nbgrader.api import Gradebook
 
 TIMESTAMP_FILE = "timestamp.txt"
 MAX_TIMESTAMP_BYTES = 256
@@ -174,3 +178,79 @@ def describe_lateness(seconds: float | None) -> str:
     hours, minutes = divmod(rest, 60)
     parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
     return " ".join(p for p in parts if p)
+
+
+EXTENSIONS_FILE = "extensions.csv"  # in OUT, beside the gradebook: the course's table of extensions
+MAX_EXTENSION_HOURS = 24 * 366
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One row of extensions.csv: a student's own due date (naive UTC) or extra hours."""
+
+    due: datetime | None = None
+    extra_hours: float | None = None
+
+    def delta(self, assignment_due: datetime | None) -> timedelta | None:
+        """nbgrader's ``SubmittedAssignment.extension``: the time added to the assignment's due
+        date (None without one: nbgrader counts nothing late then)."""
+        if assignment_due is None:
+            return None
+        if self.due is not None:
+            return max(timedelta(0), self.due - assignment_due)
+        return timedelta(hours=self.extra_hours or 0.0)
+
+
+def read_extensions(path: Path) -> dict[tuple[str, str], Extension]:
+    """extensions.csv (UTF-8): a header ``student_id,assignment,due,extra_hours`` and one row per
+    extension, with either ``due`` (``YYYY-MM-DD HH:MM[:SS] TZ``, as ``--due``) or
+    ``extra_hours`` (> 0). Ids are matched exactly, as folder names. DeadlineError names the
+    line and what is wrong; a student and assignment listed twice is an error too."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            rows = list(csv.DictReader(handle))
+            columns = set(rows[0]) if rows else set()
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DeadlineError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if rows and not {"student_id", "assignment"} <= columns:
+        raise DeadlineError(f"{path}: expected the columns student_id, assignment, due, extra_hours")
+    table: dict[tuple[str, str], Extension] = {}
+    for line, row in enumerate(rows, start=2):
+        key = (row.get("student_id") or "", (row.get("assignment") or "").strip())
+        due, hours = (row.get("due") or "").strip(), (row.get("extra_hours") or "").strip()
+        where = f"{path}, line {line}"
+        if not all(key) or bool(due) == bool(hours):
+            raise DeadlineError(f"{where}: give a student_id, an assignment, and either due or extra_hours")
+        if key in table:
+            raise DeadlineError(f"{where}: {key[0]} and {key[1]} are listed twice")
+        if due:
+            try:
+                table[key] = Extension(due=parse_due(due))
+            except DeadlineError as exc:
+                raise DeadlineError(f"{where}: {str(exc).removeprefix('--due ')}") from None
+            continue
+        try:
+            value = float(hours)
+        except ValueError:
+            value = -1.0
+        if not (0 < value <= MAX_EXTENSION_HOURS):
+            raise DeadlineError(f"{where}: extra_hours must be a number of hours above 0, got {hours!r}")
+        table[key] = Extension(extra_hours=value)
+    return table
+
+
+def apply_extension(gradebook: Gradebook, assignment: str, student: str, folder: Path) -> None:
+    """Write extensions.csv's row for this submission (none: no extension) into nbgrader's
+    ``SubmittedAssignment.extension``, where its AssignLatePenalties, formgrader and
+    ``nbgrader export`` find it. Without the file in ``folder``, the gradebook's own extension
+    stays. The table is read each time, so an edit counts at the next grading, and no restart
+    changes a date."""
+    path = folder / EXTENSIONS_FILE
+    if not path.is_file():
+        return
+    row = read_extensions(path).get((student, assignment))
+    submission = gradebook.find_submission(assignment, student)
+    submission.extension = None if row is None else row.delta(submission.assignment.duedate)
+    gradebook.db.commit()

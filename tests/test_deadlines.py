@@ -128,3 +128,48 @@ def test_release_says_one_line_per_assignment(tmp_path, monkeypatch):
         "02_b: learner notebook up to date, 0 expected-data files written,"]
     assert all(line.endswith(" s") for line in lines)
     assert written == [tmp_path / "chapters" / "01_a" / "01_a.ipynb", tmp_path / "01_a.npz"]
+
+
+def test_extensions_csv_is_read_with_its_errors_named(tmp_path):
+    from grader.deadlines import read_extensions
+
+    path = tmp_path / "extensions.csv"
+    path.write_text("student_id,assignment,due,extra_hours\n"
+                    f"ann,{A},2027-01-16 23:59 Europe/Berlin,\n"
+                    f"bob,{A},,36\n", encoding="utf-8")
+    table = read_extensions(path)
+    assert table[("ann", A)].due == datetime(2027, 1, 16, 22, 59)
+    assert table[("bob", A)].delta(DUE) == timedelta(hours=36)
+    assert table[("ann", A)].delta(DUE) == timedelta(days=1) and table[("ann", A)].delta(None) is None
+    for body, words in ((f"ann,{A},,\n", "either due or extra_hours"),
+                        (f"ann,{A},2027-01-16 23:59 UTC,3\n", "either due or extra_hours"),
+                        (f"ann,{A},,-2\n", "above 0"), (f"ann,{A},soon,\n", "line 2"),
+                        (f"ann,{A},,1\nann,{A},,2\n", "listed twice")):
+        path.write_text("student_id,assignment,due,extra_hours\n" + body, encoding="utf-8")
+        with pytest.raises(DeadlineError, match=words):
+            read_extensions(path)
+
+
+def test_extensions_csv_reaches_nbgraders_late_penalty(gradebook_url, tmp_path):
+    from grader.deadlines import apply_extension
+
+    (tmp_path / "extensions.csv").write_text(  # ann: one extra hour (still 1 h 10 min late); bob: none
+        f"student_id,assignment,due,extra_hours\nann,{A},,1\n", encoding="utf-8")
+    config = LatePolicy.parse("subtract-per-hour:1").nbgrader_config()
+    with alembic_head_in_process():
+        gradebook = Gradebook(gradebook_url)
+    try:
+        for student in ("ann", "bob"):
+            apply_extension(gradebook, A, student, tmp_path)
+        gradebook.db.commit()
+    finally:
+        gradebook.close()
+    for student in ("ann", "bob"):
+        resources = {"nbgrader": {"db_url": gradebook_url, "assignment": A, "notebook": A,
+                                  "student": student}}
+        AssignLatePenalties(config=config).preprocess(nbformat.v4.new_notebook(), resources)
+    with contextlib.closing(Gradebook(gradebook_url)) as gradebook:
+        ann, bob = (gradebook.find_submission(A, s) for s in ("ann", "bob"))
+        assert ann.late_submission_penalty == pytest.approx(2.0)  # two started hours
+        assert bob.extension is None  # the table is the truth once it exists: bob's 3 h went
+        assert bob.late_submission_penalty == pytest.approx(3.0)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from nbgrader.api import Gradebook
 
 from grader.autograde.nbgrader_adapters import SharedAssignLatePenalties, nbgrader_resources
+from grader.deadlines import apply_extension
 
 if TYPE_CHECKING:
     from grader.autograde.pipeline import Run
@@ -22,7 +23,9 @@ QUIET.propagate = False
 
 
 def late_penalties(run: Run, sub: Submission, jobs: list[NotebookJob], result: SubmissionResult) -> None:
-    """nbgrader's AssignLatePenalties on each notebook; the result keeps what the gradebook says."""
+    """nbgrader's AssignLatePenalties on each notebook (after OUT/extensions.csv's row, if any, is
+    written into the submission's extension); the result keeps what the gradebook says."""
+    apply_extension(run.gradebook, sub.assignment, sub.student, run.out)
     for job in jobs:
         SharedAssignLatePenalties(run.gradebook, config=run.policy.nbgrader_config(), log=QUIET).preprocess(
             job.sanitized.nb, nbgrader_resources(run.db_url, sub.assignment, job.notebook, sub.student))
