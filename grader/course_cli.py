@@ -88,11 +88,31 @@ def course_grade_options(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--exchange and --max-per-hour go with --watch INBOUND")
     if args.watch is not None:
         exchange_course(args.watch, args.exchange)
+    if args.due and args.watch is None and args.submitted is not None:
+        graded = graded_assignments(args.submitted, args.source)
+        if len(graded) > 1:
+            raise ValueError(f"--due sets the due date of the one assignment being graded, and "
+                             f"{args.submitted} holds {len(graded)} ({', '.join(graded)}): grade one at a "
+                             "time, or give each its date in the gradebook (nbgrader db assignment add "
+                             "NAME --duedate DATE)")
     if (args.out / EXTENSIONS_FILE).is_file():
         read_extensions(args.out / EXTENSIONS_FILE)  # a bad table stops the run before it grades
     return {"due": parse_due(args.due) if args.due else None,
             "late_policy": LatePolicy.parse(args.late_policy),
             "retry_timeouts": args.retry_timeouts, "group_readable": args.group_readable}
+
+
+def graded_assignments(submitted: Path, source: Path) -> list[str]:
+    """The source's assignments that SUBMITTED/<student>/<assignment>/ folders hold."""
+    known = {p.name for p in source.iterdir() if p.is_dir()} if source.is_dir() else set()
+    found = set()
+    try:
+        for student in submitted.iterdir():
+            if student.is_dir() and not student.is_symlink():
+                found |= {a.name for a in student.iterdir() if a.name in known and a.is_dir()}
+    except OSError:
+        pass  # grading reports an unreadable folder itself
+    return sorted(found)
 
 
 def exchange_course(inbound: Path, exchange: Path | None) -> tuple[str | None, Path | None]:

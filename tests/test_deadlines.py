@@ -173,3 +173,21 @@ def test_extensions_csv_reaches_nbgraders_late_penalty(gradebook_url, tmp_path):
         assert ann.late_submission_penalty == pytest.approx(2.0)  # two started hours
         assert bob.extension is None  # the table is the truth once it exists: bob's 3 h went
         assert bob.late_submission_penalty == pytest.approx(3.0)
+
+
+def test_due_sets_the_one_assignment_being_graded(tmp_path):
+    from grader.cli import build_parser
+    from grader.course_cli import course_grade_options
+
+    source, submitted = tmp_path / "source", tmp_path / "submitted"
+    for assignment in ("01_a", "02_b", "03_c"):
+        (source / assignment).mkdir(parents=True)
+    (submitted / "ann" / "01_a").mkdir(parents=True)
+    (submitted / "ann" / "notes").mkdir()  # not an assignment of the source: not counted
+    command = ["autograde", str(submitted), "--out", str(tmp_path / "out"), "--source", str(source),
+               "--due", "2027-01-15 23:59 UTC"]
+    assert course_grade_options(build_parser().parse_args(command))["due"] == datetime(2027, 1, 15, 23, 59)
+    (submitted / "bob" / "02_b").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"one assignment being graded.* holds 2 \(01_a, 02_b\)"):
+        course_grade_options(build_parser().parse_args(command))
+    assert course_grade_options(build_parser().parse_args(command[:-2]))["due"] is None  # the gradebook's
