@@ -191,12 +191,27 @@ def train_step(model, optimizer, src, tgt, pad_id, bos_id):
     return loss.item()
 """
 
+TRAIN_WITH_CLIPPING_BY_HAND = """
+def train_step(model, optimizer, src, tgt, pad_id, bos_id):
+    optimizer.zero_grad()
+    loss = translation_loss(model(src, shift_right(tgt, bos_id)), tgt, pad_id)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = math.sqrt(sum(float((g * g).sum()) for g in grads))  # the global norm, in Python floats
+    if norm > 1.0:
+        for g in grads:
+            g.mul_(1.0 / (norm + 1e-6))
+    optimizer.step()
+    return loss.item()
+"""
+
 CORRECT = [
     ("TinyTranslator", "own-layers-and-positions-on-the-fly", TRANSLATOR_ON_THE_FLY),
     ("greedy_decode_cached", "chapter-7-cache-and-attention-by-hand", DECODE_WITH_LISTS),
     ("sample_next_token", "sorted-threshold-and-exp-by-hand", SAMPLE_BY_HAND),
     ("train_step", "module-zero-grad-and-float", TRAIN_WITH_ITS_OWN_LOSS_CALL),
     ("train_step", "optimizer-zero-grad-set-to-none", TRAIN_WITH_TORCH_OPTIM_SIGNATURE),
+    ("train_step", "clipping-by-hand", TRAIN_WITH_CLIPPING_BY_HAND),
 ]
 
 

@@ -175,6 +175,25 @@ def _log_of_softmax(inputs: Inputs, logits: torch.Tensor) -> torch.Tensor:
     return (_per_token(log_p, targets, inputs["label_smoothing"]) * real).sum() / real.sum()
 
 
+def _detached_log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """z - logsumexp(z) with the log-sum-exp cut from the graph: the right values, and the
+    gradient of z alone (the softmax term p - onehot loses its p)."""
+    return logits - torch.logsumexp(logits, dim=-1, keepdim=True).detach()  # (B, n, V)
+
+
+def _detached_lse(inputs: Inputs, logits: torch.Tensor) -> torch.Tensor:
+    targets = _ids(inputs, "targets")
+    real = targets != inputs["pad_id"]
+    per = _per_token(_detached_log_softmax(logits), targets, inputs["label_smoothing"])  # (B, n)
+    return (per * real).sum() / real.sum()
+
+
+DETACHED_LSE = (
+    "the log-sum-exp detached from the graph (.detach(), .item() or a NumPy step): the loss's "
+    "value is right, but its gradient misses the softmax's part; keep every step in torch"
+)
+
+
 def _value_only(bug):
     """A loss bug's value without its gradient (for the case that compares the value only)."""
 
@@ -199,6 +218,7 @@ LOSS_BUGS = {
     "a softmax over the positions instead of the vocabulary (the last axis)": _loss_bug(_wrong_axis),
     "the log of a softmax computed with exp of the raw logits, which overflows: use z - max(z) - "
     "log(sum(exp(z - max(z))))": _loss_bug(_log_of_softmax),
+    DETACHED_LSE: _loss_bug(_detached_lse),
 }
 
 
@@ -320,15 +340,21 @@ def _train_reference(inputs: Inputs) -> Arrays:
 
 
 def _train_variant(zero_grad: str = "before", clip: str = "norm", decoder_input: str = "shifted",
-                   loss_target: str = "tgt"):  # fmt: skip
+                   loss_target: str = "tgt", loss: str = "right"):  # fmt: skip
     def step(model, optimizer, src, tgt, inputs) -> float:
         pad, bos = inputs["pad_id"], inputs["bos_id"]
         if zero_grad == "before":
             optimizer.zero_grad()
         tgt_in = shift_right(tgt, bos)
         logits = model(src, tgt_in if decoder_input == "shifted" else tgt)
-        loss = translation_loss(logits, tgt if loss_target == "tgt" else tgt_in, pad)
-        loss.backward()
+        targets = tgt if loss_target == "tgt" else tgt_in
+        if loss == "detached_lse":
+            per = -_detached_log_softmax(logits).gather(-1, targets[..., None]).squeeze(-1)  # (B, n)
+            real = targets != pad
+            value = (per * real).sum() / real.sum()
+        else:
+            value = translation_loss(logits, targets, pad)
+        value.backward()
         if clip == "norm":
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         elif clip == "value":
@@ -336,7 +362,7 @@ def _train_variant(zero_grad: str = "before", clip: str = "norm", decoder_input:
         if zero_grad == "before_step":
             optimizer.zero_grad()
         optimizer.step()
-        return float(loss.item())
+        return float(value.item())
 
     return lambda inputs: _run_steps(inputs, step)
 
@@ -355,6 +381,7 @@ TRAIN_BUGS = {
     "the loss compared the logits with the decoder's input shift_right(tgt) instead of tgt": _train_variant(
         loss_target="tgt_in"
     ),
+    f"translation_loss with {DETACHED_LSE}": _train_variant(loss="detached_lse"),
 }
 
 
@@ -412,6 +439,7 @@ def _cached_variant(
     source_mask: bool = True,
     pad_after_eos: bool = True,
     stop: str = "all",
+    fill: str = "eos",
 ) -> Arrays:
     """Cached greedy decoding of the stand-in with one classic mistake switched on."""
     model = _stand_in(inputs)
@@ -437,6 +465,8 @@ def _cached_variant(
             q = split_heads(attn.W_q(y), h)
             k_new, v_new = split_heads(attn.W_k(y), h), split_heads(attn.W_v(y), h)
             k, v = (k_new, v_new) if cache == "none" else layer_cache.append(k_new, v_new)
+            if cache == "newest_twice":  # the cache's keys, the new one again: (B, h, t + 2, d_head)
+                k, v = torch.cat([k, k_new], dim=-2), torch.cat([v, v_new], dim=-2)
             heads, _ = scaled_dot_product_attention_torch(q, k, v)
             y = layer.norm1(y + attn.W_o(merge_heads(heads)))
             q = split_heads(layer.cross_attn.W_q(y), h)
@@ -445,7 +475,8 @@ def _cached_variant(
             y = layer.norm3(y + layer.ff(y))
         next_id = model.output_proj(y[:, -1]).argmax(-1)
         if pad_after_eos:
-            next_id = torch.where(finished, torch.full_like(next_id, eos), next_id)
+            finished_id = eos if fill == "eos" else model.pad_id
+            next_id = torch.where(finished, torch.full_like(next_id, finished_id), next_id)
         out.append(next_id)
         finished |= next_id == eos
         token = next_id[:, None]
@@ -466,6 +497,12 @@ DECODE_BUGS = {
     ),
     "every new token embedded at position 0: the token fed at "
     "step t sits at position t (BOS at 0)": _cached_bug(position="zero"),
+    "the newest token attended twice: its key and value were appended to the cache and then "
+    "concatenated to what the cache returned again (attend over the cache's keys and values "
+    "only)": _cached_bug(cache="newest_twice"),
+    "a finished sentence padded with pad_id after its EOS: it must repeat eos_id": _cached_bug(
+        fill="pad"
+    ),
     "positions off by one: the token fed at step t sits at "
     "position t of the encoding (BOS at 0)": _cached_bug(position="next"),
     "the new token's embedding not scaled by sqrt(d_model)": _cached_bug(scale=False),
@@ -564,6 +601,18 @@ def _over_the_batch(inputs: Inputs) -> Arrays:
     return {"ids": torch.multinomial(p, 1, generator=generator).squeeze(-1)}
 
 
+def _top_k_off_by(inputs: Inputs, change: int) -> Arrays:
+    """The draw with top_k + change tokens kept (where that is another filter than top_k's)."""
+    k, vocab = inputs["top_k"], inputs["logits"].shape[-1]
+    if k is None or k >= vocab or not 1 <= k + change < vocab:
+        return {}
+    return _sample(inputs, top_k=k + change)
+
+
+def _argmax_over_the_batch(inputs: Inputs) -> Arrays:
+    return {"ids": tensor(inputs["logits"]).argmax(0)} if inputs["temperature"] == 0 else {}  # (V,)
+
+
 SAMPLE_BUGS = {
     "the temperature multiplied the logits instead of dividing them (logits / temperature)": _if_sampling(
         _multiplied
@@ -573,6 +622,12 @@ SAMPLE_BUGS = {
         lambda i: {} if i["top_k"] is None else _sample(i, top_k=None)
     ),
     "top-k that kept the k smallest logits instead of the k largest": _if_sampling(_smallest_k),
+    "top-k off by one: k + 1 tokens kept (torch.topk(z, top_k).values[:, -1:] is the k-th "
+    "largest; keep z >= it)": _if_sampling(lambda i: _top_k_off_by(i, 1)),
+    "top-k off by one: k - 1 tokens kept (torch.topk(z, top_k).values[:, -1:] is the k-th "
+    "largest; keep z >= it)": _if_sampling(lambda i: _top_k_off_by(i, -1)),
+    "the argmax at temperature 0 taken over the batch axis (dim=0) instead of the vocabulary "
+    "(dim=-1)": _argmax_over_the_batch,
     "the argmax instead of a draw (that is temperature 0 only)": _if_sampling(
         lambda i: {"ids": tensor(i["logits"]).argmax(-1)}
     ),
@@ -584,8 +639,10 @@ SAMPLE_BUGS = {
 
 
 EXERCISES = [
-    exercise("shift_right", lambda i: {"tgt_in": shift_right(_ids(i, "tgt"), i["bos_id"])}, SHIFT_BUGS),
-    exercise("translation_loss", _loss_reference, {k: _value_only(b) for k, b in LOSS_BUGS.items()}),
+    exercise("shift_right", lambda i: {"tgt_in": shift_right(_ids(i, "tgt"), i["bos_id"]),
+                                       "tgt_unchanged": np.array(True)}, SHIFT_BUGS),
+    exercise("translation_loss", _loss_reference,
+             {k: _value_only(b) for k, b in LOSS_BUGS.items() if k != DETACHED_LSE}),  # its value is right
     exercise("translation_loss__gradients", _loss_gradient_reference, LOSS_BUGS),
     exercise("TinyTranslator", _translator_reference, TRANSLATOR_BUGS),
     exercise("TinyTranslator__torch", _translator_torch_reference, TORCH_TRANSLATOR_BUGS),

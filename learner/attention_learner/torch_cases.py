@@ -85,7 +85,8 @@ def load_weights(module: nn.Module, state: State, contract: str) -> None:
     for name, value in state.items():
         if name not in params:
             raise AttributeError(
-                f"{what} has no parameter {name!r}. The contract names its submodules {contract}."
+                shared_layer_message(module, name)
+                or f"{what} has no parameter {name!r}. The contract names its submodules {contract}."
             )
         if tuple(params[name].shape) != value.shape:
             raise ValueError(
@@ -93,6 +94,31 @@ def load_weights(module: nn.Module, state: State, contract: str) -> None:
             )
         with torch.no_grad():
             params[name].copy_(torch.from_numpy(value))
+
+
+def shared_layer_message(module: nn.Module, name: str) -> str:
+    """Why ``module`` lacks the parameter ``name`` when a list of layers holds one layer
+    object several times (``[layer] * num_layers``: named_parameters lists a shared parameter
+    once, under the first index), else ""."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if not part.isdigit() or i == 0:
+            continue
+        try:
+            container = module.get_submodule(".".join(parts[:i]))
+        except AttributeError:
+            return ""
+        # iterating a ModuleList gives every entry; children() would list a shared one once
+        layers = list(container) if isinstance(container, nn.ModuleList | nn.Sequential) else []
+        if len(layers) > 1 and len({id(layer) for layer in layers}) < len(layers):
+            where = ".".join(parts[:i])
+            return (
+                f"{type(module).__name__}.{where} holds one shared layer: the same layer object "
+                f"appears more than once among its {len(layers)} layers ([layer] * num_layers "
+                "repeats one layer, so they all use one set of weights). Build a new layer for "
+                "each: nn.ModuleList([... for _ in range(num_layers)])."
+            )
+    return ""
 
 
 def build_module(cls: Any, args: Sequence[int], state: State, contract: str, **kwargs: Any) -> nn.Module:

@@ -263,6 +263,17 @@ BUGS = [
     # ---------------------------------------------------------------- shift_right
     Bug(
         "shift_right",
+        "shifts-tgt-in-place",
+        """
+def shift_right(tgt, bos_id):
+    tgt[:, 1:] = tgt[:, :-1].clone()
+    tgt[:, 0] = bos_id
+    return tgt
+""",
+        expect="shift_right changed tgt in place",
+    ),
+    Bug(
+        "shift_right",
         "drops-the-last-token",
         _shift("tgt[:, :-1]"),
         expect="drops the last token instead of prepending BOS",
@@ -316,8 +327,15 @@ BUGS = [
         "log-of-softmax",
         _loss(log_p="torch.log(torch.softmax(logits, dim=-1))"),
         expect="The loss is not finite",
+        names="log_softmax",
     ),
-    Bug("translation_loss", "pad-id-taken-as-zero", _loss(real="targets != 0")),
+    Bug(
+        "translation_loss",
+        "log-sum-exp-detached",
+        _loss(log_p="logits - logits.logsumexp(dim=-1, keepdim=True).detach()"),
+        expect="the log-sum-exp detached from the graph",
+    ),
+    Bug("translation_loss", "pad-id-taken-as-zero", _loss(real="targets != 0"), names="pad_id"),
     # ---------------------------------------------------------------- TinyTranslator
     Bug(
         "TinyTranslator",
@@ -372,6 +390,15 @@ BUGS = [
         "pad-id-taken-as-zero",
         _translator(encoder_mask="src != 0", target_mask="tgt_in != 0", forward_mask="src != 0"),
         expect="masks built with pad_id 0",
+    ),
+    Bug(
+        "TinyTranslator",
+        "one-layer-repeated",
+        _translator().replace(
+            "nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff) for _ in range(num_layers))",
+            "nn.ModuleList([EncoderLayer(d_model, num_heads, d_ff)] * num_layers)",
+        ),
+        expect="encoder_layers holds one shared layer",
     ),
     # ---------------------------------------------------------------- train_step
     Bug("train_step", "no-clipping", _train(clip=""), expect="no gradient clipping before the update"),
@@ -457,7 +484,23 @@ BUGS = [
         _decode(src_keys="None"),
         expect="the source padding ignored in cross-attention",
     ),
-    Bug("greedy_decode_cached", "keeps-going-after-eos", _decode(after_eos="")),
+    Bug("greedy_decode_cached", "keeps-going-after-eos", _decode(after_eos=""), names="after EOS"),
+    Bug(
+        "greedy_decode_cached",
+        "newest-position-attended-twice",
+        _decode().replace(
+            'F.scaled_dot_product_attention(heads(attn.W_q(y)), cache["k"], cache["v"])',
+            'F.scaled_dot_product_attention(heads(attn.W_q(y)), torch.cat([cache["k"], k_new], dim=-2), '
+            'torch.cat([cache["v"], v_new], dim=-2))',
+        ),
+        expect="the newest token attended twice",
+    ),
+    Bug(
+        "greedy_decode_cached",
+        "pad-after-eos",
+        _decode(after_eos="next_id = torch.where(finished, torch.full_like(next_id, model.pad_id), next_id)"),
+        expect="padded with pad_id after its EOS",
+    ),
     # ---------------------------------------------------------------- sample_next_token
     Bug(
         "sample_next_token",
@@ -492,6 +535,18 @@ BUGS = [
     ),
     Bug(
         "sample_next_token",
+        "top-k-keeps-one-more",
+        _sample().replace("torch.topk(z, top_k, dim=-1)", "torch.topk(z, top_k + 1, dim=-1)"),
+        expect="k + 1 tokens kept",
+    ),
+    Bug(
+        "sample_next_token",
+        "argmax-over-the-batch-at-temperature-0",
+        _sample().replace("return logits.argmax(dim=-1)", "return logits.argmax(dim=0)"),
+        expect="the argmax at temperature 0 taken over the batch axis",
+    ),
+    Bug(
+        "sample_next_token",
         "no-case-for-temperature-0",
         """
 def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
@@ -500,5 +555,6 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
         z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[:, -1:], float("-inf"))
     return torch.multinomial(torch.softmax(z, dim=-1), 1, generator=generator).squeeze(-1)
 """,
+        names="temperature 0",
     ),
 ]

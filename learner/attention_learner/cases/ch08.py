@@ -91,11 +91,14 @@ def make_shift_inputs(
 
 
 def call_shift(fn: Any, inputs: Inputs) -> Arrays:
-    tgt = _int_tensor(inputs["tgt"])
-    out = fn(tgt.clone(), inputs["bos_id"])
+    """The decoder input, and whether the learner's function left its ``tgt`` as it was
+    (train_step still needs tgt, unshifted, as the loss's target)."""
+    tgt = _int_tensor(inputs["tgt"])  # (B, n)
+    out = fn(tgt, inputs["bos_id"])
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"shift_right should return a tensor, got {type(out).__name__}")
-    return {"tgt_in": out}
+    unchanged = torch.equal(tgt, _int_tensor(inputs["tgt"]))
+    return {"tgt_in": out.clone(), "tgt_unchanged": np.array(unchanged)}
 
 
 def describe_shift(params: dict[str, Any]) -> str:
@@ -110,6 +113,12 @@ def shift_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     out, want = got.get("tgt_in"), expected["tgt_in"]
     if out is None:
         return []
+    if "tgt_unchanged" in got and not bool(got["tgt_unchanged"]):
+        return [
+            "shift_right changed tgt in place: build a new tensor (torch.cat of a BOS column and "
+            "tgt[:, :-1]) and leave tgt as it was, since train_step still compares the logits with "
+            "the unshifted tgt."
+        ]
     n = want.shape[1]
     if out.shape == (want.shape[0], n - 1):
         return [
@@ -550,9 +559,10 @@ def train_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
             )
         elif not np.allclose(after_1, expected["params_after_1"], atol=1e-6, rtol=1e-5):
             hints.append(
-                "The loss is right but the first update is not: clip the gradients' global norm at "
-                "1.0 (nn.utils.clip_grad_norm_(model.parameters(), 1.0)) after backward and before "
-                "the step."
+                "The loss is right but the first update is not: the gradients, or their clipping, "
+                "are wrong. If translation_loss's gradient test fails, fix that first; otherwise clip "
+                "the gradients' global norm at 1.0 (nn.utils.clip_grad_norm_(model.parameters(), "
+                "1.0)) after backward and before the step."
             )
         elif not np.allclose(losses, want, atol=1e-6, rtol=1e-5):
             hints.append(
@@ -562,10 +572,13 @@ def train_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     return hints
 
 
+_PARAMETERS = "(src_embed, tgt_embed, out.weight, out.bias, flattened)"
+MAX_TRAIN_STEPS = 64  # a label for the parameters after each step a case may run
 TRAIN_LABELS = {
-    "losses": "the losses train_step returned, one per step",
-    "params_after_1": "the parameters after the first step (src_embed, tgt_embed, out.weight, out.bias, "
-    "flattened)",
+    "losses": "the list of losses train_step returned, one per step",
+    "params_after_1": f"the vector of parameters after the first step {_PARAMETERS}",
+    **{f"params_after_{step}": f"the vector of parameters after step {step} {_PARAMETERS}"
+       for step in range(2, MAX_TRAIN_STEPS + 1)},
 }
 
 
@@ -788,17 +801,17 @@ def cached_decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[s
             "position t of the positional encoding."
         )
     for key, what in (
-        ("encode_calls", "model.encode ran {} times: call it once, before the loop."),
+        ("encode_calls", "model.encode ran {}: call it once, before the loop."),
         (
             "cross_keys",
-            "Cross-attention projected the source's keys {} times in some layer: "
+            "Cross-attention projected the source's keys {} in some layer: "
             "compute layer.cross_attn.W_k(memory) and W_v(memory) once per layer, "
             "before the loop.",
         ),
         (
             "query_rows",
-            "Self-attention projected {} query positions in some layer, for {} "
-            "steps: with a KV cache each step projects the new token only.",
+            "Self-attention projected {} in some layer, for {}: with a KV cache each step "
+            "projects the new token only.",
         ),
     ):
         count = got.get(key)
@@ -806,19 +819,25 @@ def cached_decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[s
             continue
         if not np.array_equal(count, expected[key]):
             if key == "query_rows":
-                hints.append(what.format(int(count.max()), want.shape[1]))
+                hints.append(what.format(_count(int(count.max()), "query position"),
+                                         _count(want.shape[1], "step")))
             elif count.max() == 0:
                 hints.append(
                     f"{key.replace('_', ' ')}: no call was seen. Project with the modules "
                     "themselves (layer.cross_attn.W_k(memory)), so that the test can count them."
                 )
             else:
-                hints.append(what.format(int(count.max())))
+                hints.append(what.format(_count(int(count.max()), "time")))
     return hints
 
 
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless n is 1: "1 query position", "3 steps"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 DECODE_LABELS = {
-    "ids": "the generated ids",
+    "ids": "the array of generated ids",
     "encode_calls": "the number of calls of model.encode",
     "cross_keys": "per decoder layer, how many times the source's keys were projected (cross_attn.W_k)",
     "cross_values": "per decoder layer, how many times the source's values were projected (cross_attn.W_v)",
@@ -872,6 +891,9 @@ def sample_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     if ids is None:
         return []
     if ids.shape != (logits.shape[0],):
+        if inputs["temperature"] == 0:
+            return [f"Return one id per row, shape ({logits.shape[0]},): with temperature 0 that is "
+                    "the argmax over the vocabulary, logits.argmax(dim=-1)."]
         return [
             f"Return one id per row, shape ({logits.shape[0]},): "
             "squeeze the sample axis of torch.multinomial."
@@ -906,7 +928,8 @@ CASES = [
         call=call_shift,
         describe=describe_shift,
         hints=shift_hints,
-        labels={"tgt_in": "the decoder input"},
+        labels={"tgt_in": "the decoder input",
+                "tgt_unchanged": "whether tgt was left as it was (not modified in place)"},
         atol=0.0,
         rtol=0.0,
     ),
@@ -989,7 +1012,7 @@ CASES = [
         call=call_sample,
         describe=describe_sample,
         hints=sample_hints,
-        labels={"ids": "the sampled ids"},
+        labels={"ids": "the array of sampled ids"},
         atol=0.0,
         rtol=0.0,
     ),
@@ -999,7 +1022,7 @@ CASES = [
         call=call_sample,
         describe=lambda p: "a limit of sampling, " + describe_sample(p),
         hints=sample_hints,
-        labels={"ids": "the sampled ids"},
+        labels={"ids": "the array of sampled ids"},
         atol=0.0,
         rtol=0.0,
     ),
