@@ -203,7 +203,7 @@ def make_rolling_inputs(
     d: int = 3,
     d_v: int = 2,
     window: int = 3,
-    sinks: int = 1,
+    sinks: int = 2,
     chunks: Sequence[int] = (2, 1, 1, 3, 1),
 ) -> dict[str, Any]:
     n = sum(chunks)
