@@ -3,10 +3,10 @@
 pyenv lives under /root (mode 0700) on CI, so tests that run the grader as uid 65534 add o+x
 to each folder above the real interpreter that lacks it. With ``pytest -n 2`` two processes
 need that at once, and one restoring the modes while the other still grades as uid 65534
-stops that one's Python from starting. So the opening is counted across processes: the first
-holder opens the path, each process holds it once until it exits, and the last to leave
-restores the modes it found (a count left by a killed process keeps the path open, never
-shut under a running test).
+stops that one's Python from starting. So the opening is counted across processes: every
+holder makes sure the path is open, each process holds it once until it exits, and the last
+one alive to leave restores the modes that were changed (the holders are pids, so a killed
+process counts no more).
 """
 
 from __future__ import annotations
@@ -28,28 +28,45 @@ def _locked_state(change) -> None:
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            state = json.loads(STATE.read_text()) if STATE.exists() else {"holders": 0, "modes": []}
+            state = json.loads(STATE.read_text()) if STATE.exists() else {}
         except (OSError, ValueError):
-            state = {"holders": 0, "modes": []}
-        state = change(state)
+            state = {}
+        state = change({"holders": list(state.get("holders", [])), "modes": list(state.get("modes", []))})
         STATE.write_text(json.dumps(state))
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _open(state: dict) -> dict:
-    if state["holders"] == 0:
+    """Add this process to the holders (dropping the pids that are gone) and make sure every
+    folder above the interpreter has o+x, whatever another test restored meanwhile; a mode
+    is recorded only the first time this changes it."""
+    state["holders"] = [pid for pid in state["holders"] if pid != os.getpid() and _alive(pid)]
+    if not state["holders"]:
         state["modes"] = []
-        for folder in Path(os.path.realpath(sys.executable)).parents:
-            mode = folder.stat().st_mode & 0o7777
-            if not mode & 0o001:
-                os.chmod(folder, mode | 0o001)
+    recorded = {folder for folder, _ in state["modes"]}
+    for folder in Path(os.path.realpath(sys.executable)).parents:
+        mode = folder.stat().st_mode & 0o7777
+        if not mode & 0o001:
+            os.chmod(folder, mode | 0o001)
+            if str(folder) not in recorded:
                 state["modes"].append([str(folder), mode])
-    state["holders"] += 1
+    state["holders"].append(os.getpid())
     return state
 
 
 def _close(state: dict) -> dict:
-    state["holders"] = max(0, state["holders"] - 1)
-    if state["holders"] == 0:
+    """Leave the holders; the last one alive restores the modes that were changed."""
+    state["holders"] = [pid for pid in state["holders"] if pid != os.getpid() and _alive(pid)]
+    if not state["holders"]:
         for folder, mode in state["modes"]:
             try:
                 os.chmod(folder, mode)
@@ -62,8 +79,9 @@ def _close(state: dict) -> dict:
 def hold() -> None:
     """Open the interpreter's path to others (o+x) until this process exits (idempotent)."""
     global _held
-    if _held or os.getuid() != 0:
+    if os.getuid() != 0:
         return
-    _locked_state(_open)
-    _held = True
-    atexit.register(_locked_state, _close)
+    _locked_state(_open)  # again on every call: another test may have shut the path meanwhile
+    if not _held:
+        _held = True
+        atexit.register(_locked_state, _close)
