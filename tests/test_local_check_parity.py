@@ -156,16 +156,16 @@ def verdicts():
 
 @pytest.mark.parametrize("assignment", CHAPTERS)
 def test_attention_check_gives_the_graders_verdict_cell_by_cell(verdicts, assignment):
-    local, grader, messages = verdicts[assignment]
-    assert set(local) == set(grader), (sorted(local), sorted(grader))
-    differ = {g: (local[g], grader[g], messages[g][:300]) for g in grader if local[g] != grader[g]}
+    local, graded, messages = verdicts[assignment]
+    assert set(local) == set(graded), (sorted(local), sorted(graded))
+    differ = {g: (local[g], graded[g], messages[g][:300]) for g in graded if local[g] != graded[g]}
     assert not differ, differ
 
 
 @pytest.mark.parametrize("assignment", sorted(RULE_BREAKERS))
 def test_every_broken_rule_fails_and_every_honest_exercise_passes(verdicts, assignment):
-    _, grader, messages = verdicts[assignment]
+    _, graded, messages = verdicts[assignment]
     broken = RULE_BREAKERS[assignment]
-    for grade_id, passed in grader.items():
+    for grade_id, passed in graded.items():
         exercise = grade_id.removeprefix("test_").split("__")[0]
         assert passed == (exercise not in broken), (grade_id, messages[grade_id][:300])

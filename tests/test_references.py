@@ -9,6 +9,7 @@ the project's Markdown documents and the CLI's ``--help`` texts.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import re
 import subprocess
@@ -89,6 +90,8 @@ def resolves(dotted: str) -> bool:
     if CHAPTER_PATTERN in dotted:
         return all(resolves(dotted.replace(CHAPTER_PATTERN, n)) for n in ("01", "03"))
     parts = dotted.split(".")
+    if parts[-1] == "__main__":  # importing a program's __main__ runs it: find it instead
+        return importlib.util.find_spec(dotted) is not None
     for cut in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:cut]))
