@@ -609,10 +609,6 @@ def _top_k_off_by(inputs: Inputs, change: int) -> Arrays:
     return _sample(inputs, top_k=k + change)
 
 
-def _argmax_over_the_batch(inputs: Inputs) -> Arrays:
-    return {"ids": tensor(inputs["logits"]).argmax(0)} if inputs["temperature"] == 0 else {}  # (V,)
-
-
 SAMPLE_BUGS = {
     "the temperature multiplied the logits instead of dividing them (logits / temperature)": _if_sampling(
         _multiplied
@@ -626,8 +622,6 @@ SAMPLE_BUGS = {
     "largest; keep z >= it)": _if_sampling(lambda i: _top_k_off_by(i, 1)),
     "top-k off by one: k - 1 tokens kept (torch.topk(z, top_k).values[:, -1:] is the k-th "
     "largest; keep z >= it)": _if_sampling(lambda i: _top_k_off_by(i, -1)),
-    "the argmax at temperature 0 taken over the batch axis (dim=0) instead of the vocabulary "
-    "(dim=-1)": _argmax_over_the_batch,
     "the argmax instead of a draw (that is temperature 0 only)": _if_sampling(
         lambda i: {"ids": tensor(i["logits"]).argmax(-1)}
     ),

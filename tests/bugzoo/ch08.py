@@ -543,7 +543,7 @@ def shift_right(tgt, bos_id):
         "sample_next_token",
         "argmax-over-the-batch-at-temperature-0",
         _sample().replace("return logits.argmax(dim=-1)", "return logits.argmax(dim=0)"),
-        expect="the argmax at temperature 0 taken over the batch axis",
+        expect="with temperature 0 that is the argmax over the vocabulary",
     ),
     Bug(
         "sample_next_token",
