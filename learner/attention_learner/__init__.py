@@ -16,8 +16,9 @@
   :mod:`attention_learner.cell_rules`, the pass/fail rules the grader uses too;
 - ``data/``: the expected values of the visible test cases.
 
-``ALLOWED_IMPORTS`` lists, per assignment, the modules a notebook's setup cell may import;
-a notebook never reaches the instructor's ``grader`` package or its reference.
+``ALLOWED_IMPORTS`` lists, per assignment, the modules a notebook's given cells may import
+(chapter 8's training cell draws its loss curve with matplotlib when it is there, and prints
+it otherwise); a notebook never reaches the instructor's ``grader`` package or its reference.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -39,6 +40,6 @@ ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
     "06_tiny_translator": _BASE + _TORCH,
     "07_attention_at_scale": _BASE + _TORCH + ("tracemalloc",),
     "08_build_train_decode": _BASE + _TORCH + ("time", "attention_learner.blocks",
-                                               "attention_learner.cases.ch08"),
+                                               "attention_learner.cases.ch08", "matplotlib.pyplot"),
     "09_modern_attention": _BASE + _TORCH + ("torch.utils._python_dispatch", "torch.utils._pytree"),
 }
