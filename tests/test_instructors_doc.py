@@ -15,8 +15,9 @@ exchange in a temporary folder. How the blocks are run:
   solved one (what "works on the notebook" stands for);
 - a ``bash service`` block keeps running: it is started in the background, checked once
   it is up (the watcher says "watching"; formgrader's printed URL answers with the
-  gradebook), and stopped with SIGINT before the next instructor block, which it must
-  survive with exit status 0;
+  gradebook, and a hand grade is given to bob through its API, as its page does, which the
+  Canvas export must carry, with a warning that results.json says otherwise), and stopped
+  with SIGINT before the next instructor block, which it must survive with exit status 0;
 - the ``python`` block (the JupyterHub service) is executed against a traitlets Config and
   its command parsed by the grader's own argument parser.
 
@@ -35,6 +36,7 @@ the list cannot rot.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -148,6 +150,8 @@ class Term:
                 f"c.CourseDirectory.student_id = {student!r}"]) + "\n")
             self.homes[student] = home
         self.services: list[tuple[subprocess.Popen, Path, str]] = []
+        self.outputs: list[str] = []  # the instructor blocks' stdout
+        self.hand_graded: float | None = None  # bob's score after the hand grade in formgrader
         self.fetches = 0
 
     def env(self, home: Path, **extra: str) -> dict[str, str]:
@@ -165,6 +169,7 @@ class Term:
         home.mkdir(exist_ok=True)
         run = subprocess.run(["bash", "-e", "-c", self.substitute(body)], cwd=self.clone, capture_output=True,
                              text=True, env=self.env(home, **extra), timeout=900)  # fmt: skip
+        self.outputs.append(run.stdout)
         assert run.returncode == 0, (f"{body}\n--- stdout\n{run.stdout[-3000:]}\n"
                                      f"--- stderr\n{run.stderr[-3000:]}")
 
@@ -210,8 +215,20 @@ class Term:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return json.loads(response.read())
         assert A in {a["name"] for a in get("/formgrader/api/assignments")}  # Manage Assignments
-        submitted = {s["student"] for s in get(f"/formgrader/api/submitted_notebooks/{A}/{A}")}
-        assert submitted == set(STUDENTS)  # Manual Grading
+        notebooks = get(f"/formgrader/api/submitted_notebooks/{A}/{A}")
+        assert {s["student"] for s in notebooks} == set(STUDENTS)  # Manual Grading
+        # a hand grade, as formgrader's page sends it: bob's first cell not at full marks gets them
+        (bob,) = [s for s in notebooks if s["student"] == "bob"]
+        grades = get(f"/formgrader/api/grades?submission_id={bob['id']}")
+        for g in grades:  # nbgrader's Grade.score: the hand grade if any, else the autograde
+            g["score"] = g["manual_score"] if g["manual_score"] is not None else (g["auto_score"] or 0)
+        grade = next(g for g in grades if g["score"] < g["max_score"])
+        request = urllib.request.Request(base + f"/formgrader/api/grade/{grade['id']}", method="PUT",
+                                         data=json.dumps({"manual_score": grade["max_score"]}).encode(),
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["manual_score"] == grade["max_score"]
+        self.hand_graded = sum(g["score"] for g in grades) + grade["max_score"] - grade["score"]
 
     def wait_for_watcher(self) -> None:
         for process, log, body in self.services:
@@ -298,6 +315,10 @@ def test_every_command_of_instructors_md_runs(tmp_path):
     grading = term.clone / "grading"
     assert (grading / "grades.csv").is_file() and (term.clone / "canvas_grades.csv").is_file()
     assert (term.clone / "similarity" / "similarity.html").is_file()
+    with open(term.clone / "canvas_grades.csv", newline="", encoding="utf-8") as handle:
+        (bob,) = [r for r in csv.DictReader(handle) if r["SIS Login ID"] == "bob"]
+    assert term.hand_graded is not None and float(bob[A]) == pytest.approx(term.hand_graded)  # the hand grade
+    assert any(f"warning: bob/{A}" in out for out in term.outputs)  # results.json still says otherwise
     assert snapshot(sorted(present)) == present  # the page ran in the copy, and left this clone's class be
     created = {p.name: p.is_dir() for p in term.clone.iterdir() if p.name not in before}
     assert {"course", "grading", "similarity"} <= set(created), created
