@@ -64,8 +64,9 @@ GIVEN = {
 }
 
 #: outputs that count calls or state conventions, not an exercise's numbers
-BOOKKEEPING = {"float64", "unchanged", "encode_calls", "encode_at_most_once", "smallest_decode_batch", "lengths", "length_before",
-               "rows_taken_one_at_a_time", "biases", "cross_keys", "cross_values", "query_rows"}
+BOOKKEEPING = {"float64", "unchanged", "encode_calls", "encode_at_most_once", "smallest_decode_batch",
+               "lengths", "length_before", "rows_taken_one_at_a_time", "biases", "cross_keys",
+               "cross_values", "query_rows"}
 
 #: the cases each exercise is tried on: a seed no notebook uses, and sizes of both parities
 PARAMS: dict[str, list[dict[str, Any]]] = {
