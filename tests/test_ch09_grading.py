@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import pytest
 from grader.paths import CHAPTERS, SOLUTIONS
 from tests.bugzoo.ch09 import AUTOGRAD_BACKWARD, _variant
 from tests.notebook_runner import solved_notebook, source_notebook, with_cell
-from tests.security.test_attacks import _chown_tree, _open_path_to_python
+from tests.security.grade_as import grade_class_as
 
 pytestmark = [pytest.mark.ch09, pytest.mark.grading, pytest.mark.slow, pytest.mark.xdist_group("security")]
 
@@ -67,21 +65,10 @@ def graded(request):
         nbformat.write(nb, submitted / student / A / f"{A}.ipynb")
     (submitted / "stub" / A).mkdir(parents=True)
     shutil.copyfile(CHAPTERS / A / f"{A}.ipynb", submitted / "stub" / A / f"{A}.ipynb")
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--source", str(source), "--timeout", "120", "--workers", "2", "--quiet"]
-    env, restore = dict(os.environ), []
-    if request.param == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        out.mkdir()
-        _chown_tree(root, 65534)
-        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        env["HOME"] = str(root)
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env, cwd=root)
+        run = grade_class_as(request.param, root, timeout=120, run_timeout=1200)
         yield {"run": run, "out": out}
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -24,8 +24,6 @@ import csv
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -34,7 +32,7 @@ import pytest
 
 from grader.paths import SOLUTIONS
 from tests.notebook_runner import grade_id, solved_notebook, with_cell
-from tests.security.test_attacks import _chown_tree, _open_path_to_python
+from tests.security.grade_as import grade_class_as
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
               pytest.mark.xdist_group("security")]
@@ -171,21 +169,10 @@ def graded(request):
         folder = submitted / student / assignment
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / f"{assignment}.ipynb")
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--source", str(source), "--timeout", "90", "--workers", "2", "--quiet"]
-    env, restore = dict(os.environ), []
-    if request.param == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        out.mkdir()
-        _chown_tree(root, 65534)
-        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        env["HOME"] = str(root)
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env, cwd=root)
+        run = grade_class_as(request.param, root, timeout=90, run_timeout=1200)
         yield {"run": run, "out": out}
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 
