@@ -19,7 +19,7 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.seen = False
-        self._previous: object = None
+        self._previous: signal._HANDLER = None  # what signal.signal returned (the stubs' alias)
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():  # signals reach it only

@@ -36,11 +36,12 @@ class ChildExit(IntEnum):
     @classmethod
     def explain(cls, code: int) -> str | None:
         """What the grader says about ``code`` when it is one of its own; None otherwise."""
-        return {
+        said: dict[int, str] = {  # keyed by int: an IntEnum member hashes as its value
             cls.CELL_LOOP_FAILED: "the grader failed while running this notebook (not your code)",
             cls.JOB_NOT_STARTED: "the grading sandbox could not start this notebook",
             cls.CHILD_NOT_STARTED: "the grading sandbox could not start this notebook",
-        }.get(code)
+        }
+        return said.get(code)
 
 
 @dataclass

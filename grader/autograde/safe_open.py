@@ -104,7 +104,7 @@ def hash_file(name: str, dir_fd: int, st: os.stat_result, limit: int | None, cop
                 out.write(chunk)
         return digest.digest()
     except BaseException:
-        if out is not None:
+        if out is not None and copy is not None:  # out is open only when there is a copy
             out.close()
             out = None
             copy.unlink()
