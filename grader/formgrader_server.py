@@ -193,10 +193,50 @@ def kept_routes(routes: list[tuple]) -> list[tuple]:
     return kept
 
 
+def _gradebook_api() -> type:
+    """nbgrader's API with the gradebook's graded submissions counted as submitted.
+
+    nbgrader counts a submission by its folder in ``submitted/`` and its time by that folder's
+    ``timestamp.txt``; OUT has no ``submitted/`` (its autograde button would run a learner's
+    code unconfined), so "# Submissions" read 0 and the feedback buttons, shown only when it
+    is above 0, were missing. Here a submission is also one the gradebook holds with a folder
+    in ``autograded/``, and its time the gradebook's: formgrader then counts what was graded
+    and still lists each submission as autograded (its two timestamps agree)."""
+    from nbgrader.api import Assignment, Student, SubmittedAssignment
+    from nbgrader.apps.api import NbGraderAPI
+
+    class GradebookSubmissions(NbGraderAPI):
+        def _graded(self, assignment_id: str) -> dict[tuple[str, str], Any]:
+            with self.gradebook as gb:
+                query = gb.db.query(Student.id, Assignment.name, SubmittedAssignment.timestamp)
+                query = query.select_from(SubmittedAssignment).join(SubmittedAssignment.student)
+                query = query.join(SubmittedAssignment.assignment)
+                if assignment_id != "*":
+                    query = query.filter(Assignment.name == assignment_id)
+                rows = query.all()
+            folder = self.coursedir.autograded_directory
+            return {(student, name): stamp for student, name, stamp in rows
+                    if Path(self.coursedir.format_path(folder, student, name)).is_dir()}  # fmt: skip
+
+        def get_submitted_students(self, assignment_id: str) -> set[str]:
+            graded = {student for student, _name in self._graded(assignment_id)}
+            return super().get_submitted_students(assignment_id) | graded
+
+        def get_submitted_timestamp(self, assignment_id: str, student_id: str) -> Any:
+            claimed = super().get_submitted_timestamp(assignment_id, student_id)
+            if claimed is not None:
+                return claimed
+            return self._graded(assignment_id).get((student_id, assignment_id))
+
+    return GradebookSubmissions
+
+
 def _load_jupyter_server_extension(serverapp: ServerApp) -> None:
     """nbgrader's formgrader (as its own loader sets it up) with :func:`kept_routes` only."""
-    from nbgrader.server_extensions.formgrader import apihandlers, handlers
+    from nbgrader.server_extensions.formgrader import apihandlers, base, handlers
     from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
+
+    base.NbGraderAPI = _gradebook_api()  # every handler's self.api (base.BaseHandler.api)
 
     webapp = serverapp.web_app
     webapp.transforms.insert(0, PolicyTransform)
