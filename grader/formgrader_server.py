@@ -218,6 +218,13 @@ def _gradebook_api() -> type:
             return {(student, name): stamp for student, name, stamp in rows
                     if Path(self.coursedir.format_path(folder, student, name)).is_dir()}  # fmt: skip
 
+        def get_source_assignments(self) -> set[str]:
+            """The assignments handed out: released into the exchange, or with a graded
+            submission (OUT/source/ holds every assignment a watcher prepared)."""
+            handed_out = self.get_released_assignments()
+            handed_out |= {name for _student, name in self._graded("*")}
+            return super().get_source_assignments() & handed_out
+
         def get_submitted_students(self, assignment_id: str) -> set[str]:
             graded = {student for student, _name in self._graded(assignment_id)}
             return super().get_submitted_students(assignment_id) | graded

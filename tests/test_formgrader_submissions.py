@@ -31,7 +31,8 @@ def _alembic_on_path(monkeypatch):
 def _course(root: Path) -> CourseDirectory:
     """A course root with one assignment: ann and bob graded (gradebook and autograded/),
     cid in the gradebook without an autograded folder, dan only on the roster."""
-    (root / "source" / "a1").mkdir(parents=True)
+    for name in ("a1", "a2"):  # a2 prepared, never handed out
+        (root / "source" / name).mkdir(parents=True)
     url = f"sqlite:///{root / 'gradebook.db'}"
     with Gradebook(url) as gb:
         gb.add_assignment("a1", duedate=datetime.datetime(2026, 3, 1, 12, 0))
@@ -49,6 +50,7 @@ def test_graded_submissions_are_counted_and_listed_as_autograded(tmp_path):
     assert api.get_submitted_students("a1") == {"ann", "bob"}
     assert api.get_submitted_students("*") == {"ann", "bob"}
     assert api.get_assignment("a1")["num_submissions"] == 2
+    assert [row["name"] for row in api.get_assignments()] == ["a1"]
     assert api.get_autograded_students("a1") == {"ann", "bob"}
     # formgrader's ungraded list (submitted minus autograded) is empty: none shows as new
     assert api.get_submitted_students("a1") - api.get_autograded_students("a1") == set()
