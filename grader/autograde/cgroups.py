@@ -246,8 +246,9 @@ def _candidates(mountinfo: str | None, proc_cgroup: str | None) -> list[Cgroups]
     candidates: list[Cgroups] = []
     if all(c in mounts_v1 and c in own_v1 for c in ("memory", "pids")):
         folders = [folder_of(mounts_v1[c], own_v1[c]) for c in ("memory", "pids")]
-        if None not in folders:
-            candidates.append(Cgroups("v1", tuple(folders)))
+        found = [folder for folder in folders if folder is not None]
+        if len(found) == len(folders):
+            candidates.append(Cgroups("v1", tuple(found)))
     if mount_v2 is not None and own_v2 is not None and (base := folder_of(mount_v2, own_v2)):
         try:
             available = (base / "cgroup.controllers").read_text().split()

@@ -159,7 +159,7 @@ class _Reader(ast.NodeVisitor):
             base = self.qualified(node.value)
             return f"{base}.{node.attr}" if base else f"?.{node.attr}"
         name = dynamic.getattr_name(node)
-        if name is not None:
+        if name is not None and isinstance(node, ast.Call):  # a name comes only from a call
             return f"{self.qualified(node.args[0]) or '?'}.{name}"
         if isinstance(node, ast.Call):  # e.g. nn.Transformer(...).encoder: the call's target
             return self.qualified(node.func)
