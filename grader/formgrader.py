@@ -7,8 +7,10 @@ This starts a Jupyter server in OUT with nbgrader's formgrader extension, listen
 (never its command line, which every local user can read); it prints the formgrader's URL
 with that token, as Jupyter prints its own, and runs until Ctrl-C (or SIGTERM).
 
-"Manage Assignments" lists OUT/source/ with the gradebook's due dates, and "Manual Grading"
-every autograded submission; grades given there go into the gradebook, and "Generate
+"Manage Assignments" lists the assignments of OUT/source/ handed out (released, or with a
+graded submission) with the gradebook's due dates and submission counts
+(``formgrader_server._gradebook_api``), and "Manual Grading" every autograded submission;
+grades given there go into the gradebook, and "Generate
 Feedback" rewrites OUT/feedback/ with nbgrader's pages (hidden tests' code left out, see
 course_dir.FEEDBACK_PREPROCESSORS). OUT has no ``submitted/`` folder, and the server
 (``grader/formgrader_server.py``) has no autograde route: grading stays with
