@@ -47,7 +47,7 @@ class Arrival:
     submitted_at: datetime  # naive UTC, from the folder's name
     uid: int  # the folder's owner when it was judged
     inode: tuple[int, int]  # (st_dev, st_ino) of that folder
-    arrived_at: float  # the folder's ctime: the kernel's clock, a student cannot set it earlier
+    arrived_at: float  # when it became complete (ctimes: the kernel's clock, see _judge)
 
     @property
     def key(self) -> str:
@@ -100,11 +100,16 @@ def parse_inbound_name(name: str) -> tuple[str, str, datetime] | None:
 
 def complete(fd: int) -> bool:
     """The folder open on ``fd`` holds a regular, non-empty secret of a bounded size."""
+    return _secret_stat(fd) is not None
+
+
+def _secret_stat(fd: int) -> os.stat_result | None:
+    """The secret's ``lstat`` if the folder open on ``fd`` is complete, else None."""
     try:
         st = lstat_at(SECRET, fd)
     except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and 0 < st.st_size <= MAX_SECRET_BYTES
+        return None
+    return st if stat.S_ISREG(st.st_mode) and 0 < st.st_size <= MAX_SECRET_BYTES else None
 
 
 def scan(inbound: Path, assignments: set[str]) -> tuple[dict[str, Arrival], list[Arrival]]:
@@ -149,11 +154,15 @@ def _judge(top: int, inbound: Path, name: str, assignments: set[str]) -> Arrival
     except OSError:
         return None
     try:
-        if not complete(fd):
-            return None
+        secret = _secret_stat(fd)
     finally:
         os.close(fd)
-    return Arrival(inbound / name, *parsed, st.st_uid, (st.st_dev, st.st_ino), st.st_ctime)
+    if secret is None:
+        return None
+    # complete when its secret was written (nbgrader submit's last file) or the folder moved
+    # in, whichever came last: ctimes, the kernel's clock, which no student can set back
+    return Arrival(inbound / name, *parsed, st.st_uid, (st.st_dev, st.st_ino),
+                   max(st.st_ctime, secret.st_ctime))
 
 
 @contextmanager

@@ -104,6 +104,18 @@ class WatchState:
         return self.times[who]
 
 
+@dataclass
+class Flight:
+    """An arrival being graded: its copy (``folder``/<student>/<assignment>), the notes its
+    results.json gets, and that file's mtime before (to tell a grading from a skip)."""
+
+    arrival: Arrival
+    folder: Path
+    copy: Path
+    notes: list[str]
+    stamp: int | None
+
+
 class Watcher:
     def __init__(self, inbound: Path, out: Path, session: GradingSession, exchange_course: Path | None,
                  max_per_hour: int | None) -> None:  # fmt: skip
@@ -113,35 +125,37 @@ class Watcher:
         permissions.make_folders(self.home)
         self.state = WatchState.load(self.home / "state.json")
         self.failed: dict[str, float] = {}  # folder name -> when the watcher failed on it
-        self.first_seen: dict[str, float] = {}  # folder name -> when a step first saw it
+        self.flights: dict[str, Flight] = {}  # "<student>+<assignment>" -> its arrival being graded
+        self._copies = 0  # names each arrival's copy, OUT/.watch/arrivals/<n>/
+        shutil.rmtree(self.home / "arrivals", ignore_errors=True)  # an earlier run's, half made
         self.graded_now = 0
 
     def step(self) -> int:
-        """Grade what arrived since the last step, as one batch; the number of submissions."""
+        """Start grading what arrived since the last look, each arrival on its own; hand back
+        what ended meanwhile (waiting at most ``POLL_SECONDS`` for it while jobs run). The
+        number of arrivals started or ended."""
         now = time.time()
-        batch, taken = [], {}
+        taken: dict[str, int] = {}
+        for flight in self.flights.values():  # in flight: not yet among the owner's gradings
+            taken[flight.arrival.rate_key] = taken.get(flight.arrival.rate_key, 0) + 1
         newest, refused = inbound.scan(self.inbound, set(self.session.run.sources))
         if any(a.folder.name not in self.state.refused for a in refused):
             self.refuse([a for a in refused if a.folder.name not in self.state.refused], now)
-        for key, arrival in sorted(newest.items()):
-            self.first_seen.setdefault(arrival.folder.name, time.monotonic())
-            if self.state.graded.get(key) == arrival.folder.name:
-                continue
+        started = 0
+        for key, arrival in sorted(newest.items(), key=lambda item: item[1].arrived_at):
+            if self.state.graded.get(key) == arrival.folder.name or key in self.flights:
+                continue  # graded, or an earlier one of this student's is being graded
             if now - self.failed.get(arrival.folder.name, -RETRY_SECONDS) < RETRY_SECONDS:
                 continue
             if self._must_wait(arrival, now, taken.get(arrival.rate_key, 0)):
                 continue
             taken[arrival.rate_key] = taken.get(arrival.rate_key, 0) + 1
-            batch.append(arrival)
-        if batch:
-            try:
-                self.grade(batch)
-            except Exception as exc:  # a bug on one batch must not stop the watch
-                for arrival in batch:
-                    self.failed[arrival.folder.name] = time.time()
-                log(f"could not grade {', '.join(a.folder.name for a in batch)}: {type(exc).__name__}: "
-                    f"{exc} (retried in {RETRY_SECONDS:.0f} s)")
-        return len(batch)
+            self.start(arrival)
+            started += 1
+        ended = self.session.collect(POLL_SECONDS) if self.session.busy else []
+        for sub in ended:
+            self.finish(f"{sub.student}+{sub.assignment}")
+        return started + len(ended)
 
     def _over_limit(self, arrival: Arrival, now: float, taken: int) -> list[float] | None:
         """The owner's gradings of the last hour if ``arrival`` would exceed --max-per-hour."""
@@ -199,53 +213,65 @@ class Watcher:
         for notebook in notebooks:
             release_page(self.exchange_course, secret, notebook, page)
 
-    def grade(self, arrivals: list[Arrival]) -> None:
-        """One SUBMITTED folder holding a copy of each arrival, graded in the session; then
-        each copy is kept, its feedback released and its line logged."""
-        folder = self.home / "arrival"
-        shutil.rmtree(folder, ignore_errors=True)
-        problems, copies, stamps, notes = {}, [], {}, {}
-        for arrival in arrivals:
-            problem = student_id_problem(arrival.student)
-            if problem:  # no folder may carry this name; nbgrader would not have let it submit
-                log(f"{arrival.folder.name}: not graded: {problem}")
-                self.state.graded[arrival.key] = arrival.folder.name
-                continue
-            copy = folder / arrival.student / arrival.assignment
-            try:
-                notes[arrival.key] = self._copy(arrival, copy, problems)
-            except (OSError, ValueError) as exc:  # it changed or vanished while it was copied
-                self.failed[arrival.folder.name] = time.time()
-                log(f"could not copy {arrival.folder.name}: {exc} (retried in {RETRY_SECONDS:.0f} s)")
-                shutil.rmtree(copy, ignore_errors=True)
-                continue
-            copies.append((arrival, copy))
-            stamps[arrival.key] = _mtime(self.out / arrival.student / arrival.assignment / "results.json")
-        if copies:
-            self.session.grade(folder, every_result=True, problems=problems)
-        for arrival, copy in copies:
-            kept = self.home / "submitted" / arrival.student / arrival.assignment
-            shutil.rmtree(kept, ignore_errors=True)
-            permissions.make_folders(kept.parent)
-            os.replace(copy, kept)
-            results = self.out / arrival.student / arrival.assignment / "results.json"
-            graded = _mtime(results) != stamps[arrival.key]
-            if graded:
-                _keep_flags(self.out, arrival, self.state.flags.get(arrival.key, []),
-                            notes=notes[arrival.key])
-            if self.exchange_course is not None:
-                release_feedback(self.out, arrival.student, arrival.assignment, self.exchange_course)
+    def start(self, arrival: Arrival) -> None:
+        """A copy of ``arrival`` (a SUBMITTED folder of its own) queued in the session, to
+        be graded as soon as a worker is free, beside whatever the others run."""
+        problem = student_id_problem(arrival.student)
+        if problem:  # no folder may carry this name; nbgrader would not have let it submit
+            log(f"{arrival.folder.name}: not graded: {problem}")
             self.state.graded[arrival.key] = arrival.folder.name
-            if graded:
-                self.state.recent(arrival.rate_key, time.time()).append(time.time())
-                self.graded_now += 1
-            waited = time.monotonic() - self.first_seen.get(arrival.folder.name, time.monotonic())
-            log(f"{arrival.key}: {_outcome(self.out, arrival)} ({waited:.2f} s after it arrived"
-                f"{'' if graded else ', unchanged'})")
-        if any(self.state.flags.get(a.key) for a, _ in copies):
+            self.state.save()
+            return
+        self._copies += 1
+        folder = self.home / "arrivals" / str(self._copies)
+        copy = folder / arrival.student / arrival.assignment
+        problems: dict[tuple[str, str], str] = {}
+        try:
+            notes = self._copy(arrival, copy, problems)
+        except (OSError, ValueError) as exc:  # it changed or vanished while it was copied
+            self.failed[arrival.folder.name] = time.time()
+            log(f"could not copy {arrival.folder.name}: {exc} (retried in {RETRY_SECONDS:.0f} s)")
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        stamp = _mtime(self.out / arrival.student / arrival.assignment / "results.json")
+        self.flights[arrival.key] = Flight(arrival, folder, copy, notes, stamp)
+        try:
+            queued = self.session.add(folder, problems)["queued"]
+        except Exception as exc:  # a bug on one arrival must not stop the watch
+            del self.flights[arrival.key]
+            self.failed[arrival.folder.name] = time.time()
+            shutil.rmtree(folder, ignore_errors=True)
+            log(f"could not grade {arrival.folder.name}: {type(exc).__name__}: {exc} "
+                f"(retried in {RETRY_SECONDS:.0f} s)")
+            return
+        if not any(f"{s.student}+{s.assignment}" == arrival.key for s in queued):
+            self.finish(arrival.key)  # nothing to run (invalid, or unchanged): done already
+
+    def finish(self, key: str) -> None:
+        """The arrival of ``key`` has its results.json: keep its copy, release its feedback,
+        log its line (the time from its arrival, the folder's complete time, to now)."""
+        flight = self.flights.pop(key)
+        arrival = flight.arrival
+        kept = self.home / "submitted" / arrival.student / arrival.assignment
+        shutil.rmtree(kept, ignore_errors=True)
+        permissions.make_folders(kept.parent)
+        os.replace(flight.copy, kept)
+        graded = _mtime(self.out / arrival.student / arrival.assignment / "results.json") != flight.stamp
+        if graded:
+            _keep_flags(self.out, arrival, self.state.flags.get(key, []), notes=flight.notes)
+        if self.exchange_course is not None:
+            release_feedback(self.out, arrival.student, arrival.assignment, self.exchange_course)
+        self.state.graded[key] = arrival.folder.name
+        if graded:
+            self.state.recent(arrival.rate_key, time.time()).append(time.time())
+            self.graded_now += 1
+        if self.state.flags.get(key):
             reports.write_grades_csv(self.out, reports.read_results(self.out))
         self.state.save()
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(flight.folder, ignore_errors=True)
+        waited = time.time() - arrival.arrived_at
+        log(f"{key}: {_outcome(self.out, arrival)} (feedback {waited:.2f} s after it arrived"
+            f"{'' if graded else ', unchanged'})")
 
     @staticmethod
     def _copy(arrival: Arrival, copy: Path, problems: dict[tuple[str, str], str]) -> list[str]:
@@ -323,13 +349,12 @@ def watch(inbound: Path, out: Path, source: Path, *, options: GradeOptions, serv
     try:
         session = GradingSession(out, source, options, server, work, course_id=course, exchange=exchange)
         watcher = Watcher(inbound, out, session, course_folder, max_per_hour)
-        log(f"preparing {len(session.run.sources)} assignments of {source}")
-        session.prepare(sorted(session.run.sources))
+        session.server.wait_ready()  # each assignment is prepared when its first arrival comes
         released = f", feedback released to {course_folder}/feedback" if course_folder else ""
         log(f"watching {inbound}{released}")
         while True:
             session.interrupts.check()
-            if not watcher.step():
+            if not watcher.step() and not session.busy:
                 time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:
         graded = watcher.graded_now if watcher is not None else 0

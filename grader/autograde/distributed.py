@@ -146,8 +146,9 @@ class DaskExecutor(Executor):
         future = self.client.submit(run_packed_job, packed, key=key, pure=False, retries=0)
         self.running[key] = (job, future, time.monotonic())
 
-    def wait(self) -> list[Finished]:
-        """Block until at least one job ends; write its report and log into the job folder."""
+    def wait(self, timeout: float | None = None) -> list[Finished]:
+        """Block until at least one job ends (or for at most ``timeout`` seconds, if given);
+        write each one's report and log into its job folder."""
         import distributed
 
         if not self.running:
@@ -155,7 +156,10 @@ class DaskExecutor(Executor):
         done = [k for k, (_, f, _) in self.running.items() if isinstance(f, _Failed) or f.done()]
         if not done:
             futures = [f for _, f, _ in self.running.values()]
-            distributed.wait(futures, return_when="FIRST_COMPLETED")
+            try:
+                distributed.wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
+            except TimeoutError:  # distributed's own is the builtin on Python 3.11+
+                return []
             done = [k for k, (_, f, _) in self.running.items() if isinstance(f, _Failed) or f.done()]
         return [self._finish(key, *self.running.pop(key)) for key in done]
 

@@ -30,8 +30,9 @@ class Executor(Protocol):
 
     ``config`` is the ``ServerConfig`` the jobs run under; ``wait_ready()`` blocks until jobs
     can start; ``submit(job)`` starts one; ``wait()`` blocks until at least one job ends and
-    returns those that did; ``close()`` stops everything still running. An executor that
-    names this class as its base gets ``run`` and the context manager from here.
+    returns those that did (``wait(timeout)``: for at most that many seconds, so perhaps
+    none); ``close()`` stops everything still running. An executor that names this class as
+    its base gets ``run`` and the context manager from here.
     """
 
     config: ServerConfig
@@ -40,7 +41,7 @@ class Executor(Protocol):
 
     def submit(self, job: ChildJob) -> None: ...
 
-    def wait(self) -> list[Finished]: ...
+    def wait(self, timeout: float | None = None) -> list[Finished]: ...
 
     def close(self) -> None: ...
 

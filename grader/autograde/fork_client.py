@@ -61,13 +61,18 @@ class ForkServer(Executor):
         self.process.stdin.write((json.dumps(asdict(job)) + "\n").encode())
         self.process.stdin.flush()
 
-    def wait(self) -> list[Finished]:
-        """Block until at least one job ends (the server enforces each job's time limit)."""
+    def wait(self, timeout: float | None = None) -> list[Finished]:
+        """Block until at least one job ends (the server enforces each job's time limit), or
+        for at most ``timeout`` seconds if given (then the list may be empty)."""
         finished: list[Finished] = []
+        limit = None if timeout is None else time.monotonic() + timeout
         while not finished and self.running:
             # the server kills at the limit; this is only a backstop should the server stall
             backstop = min(t + j.limits.timeout + 30 for j, t in self.running.values())
-            event = self._read_event(timeout=max(0.0, backstop - time.monotonic()))
+            until = backstop if limit is None else min(backstop, limit)
+            event = self._read_event(timeout=max(0.0, until - time.monotonic()))
+            if event is None and limit is not None and limit < backstop:
+                return finished  # the caller's time is up, not the server's
             if event is None:
                 raise RuntimeError("the grading fork server stopped answering")
             if event["event"] == "exited" and event["id"] in self.running:

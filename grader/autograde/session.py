@@ -25,7 +25,7 @@ from grader.autograde.gradebook import open_gradebook
 from grader.autograde.interrupts import Interrupts
 from grader.autograde.pipeline import GradeOptions, Run, _finish_safely, _prepare_safely
 from grader.autograde.results import Summary, unchanged
-from grader.autograde.scheduling import grade_all
+from grader.autograde.scheduling import JobStream, grade_all
 from grader.autograde.sources import solution_run
 from grader.autograde.submissions import Submission, find_submissions
 from grader.nbgrader_course import generate_assignment, temporary_course
@@ -40,6 +40,8 @@ class GradingSession:
         self.out, self.source, self.options, self.server, self.work = out, source, options, server, work
         self.prepared: set[str] = set()
         self._ready = False
+        self._stream: JobStream | None = None  # the watcher's submissions in flight (``add``)
+        self._summary = Summary()
         self._stack = ExitStack()
         self._stack.callback(shutil.rmtree, work, ignore_errors=True)
         self._stack.callback(server.close)
@@ -123,24 +125,8 @@ class GradingSession:
         run, summary = self.run, Summary()
         submissions: list[Submission] | None = None
         try:
-            notebooks = {n: sorted(s.notebooks) for n, s in run.sources.items()}
-            submissions = find_submissions(submitted, notebooks)
-            for sub in submissions:
-                reserved = course_dir.reserved_name(sub.student)
-                why = reserved or (problems or {}).get((sub.student, sub.assignment))
-                if why and not sub.unsafe_id:
-                    sub.problem, sub.unsafe_id = why, bool(reserved)
-            self.prepare(sorted({s.assignment for s in submissions if s.assignment in run.sources}))
-            todo = []
-            for sub in submissions:
-                if sub.unsafe_id:  # no folder of OUT may carry this name: a row in grades.csv only
-                    continue
-                fingerprint = sub.fingerprint(run.context(sub.assignment))
-                previous = self.out / sub.student / sub.assignment / "results.json"
-                if unchanged(previous, fingerprint, self.options.retry_timeouts):
-                    summary.skipped += 1
-                else:
-                    todo.append((sub, fingerprint))
+            submissions = self._found(submitted, problems)
+            todo = self._changed(submissions, summary)
             self.interrupts.check()
             grade_all(self.server, todo, self.options.workers, self.options.progress,
                       lambda sub, fingerprint: _prepare_safely(run, sub, fingerprint),
@@ -150,11 +136,84 @@ class GradingSession:
             if submissions is not None:
                 results = (reports.read_results(self.out) if every_result
                            else _results_for(self.out, submissions))
-                unsafe = [_invalid_id_row(s) for s in submissions if s.unsafe_id]
-                with phases.phase("write.grades_csv"):
-                    reports.write_grades_csv(self.out, results, unsafe)
-                summary.tally([*results, *unsafe])  # the file's rows, kept ones included
+                self._write_grades(results, submissions, summary)
         return summary
+
+    def _found(self, submitted: Path, problems: dict[tuple[str, str], str] | None) -> list[Submission]:
+        """The submissions under ``submitted``, each assignment among them prepared."""
+        run = self.run
+        notebooks = {n: sorted(s.notebooks) for n, s in run.sources.items()}
+        submissions = find_submissions(submitted, notebooks)
+        for sub in submissions:
+            reserved = course_dir.reserved_name(sub.student)
+            why = reserved or (problems or {}).get((sub.student, sub.assignment))
+            if why and not sub.unsafe_id:
+                sub.problem, sub.unsafe_id = why, bool(reserved)
+        self.prepare(sorted({s.assignment for s in submissions if s.assignment in run.sources}))
+        return submissions
+
+    def _changed(self, submissions: list[Submission], summary: Summary) -> list[tuple[Submission, str]]:
+        """The submissions to grade, with their fingerprints (an unchanged one is skipped)."""
+        todo = []
+        for sub in submissions:
+            if sub.unsafe_id:  # no folder of OUT may carry this name: a row in grades.csv only
+                continue
+            fingerprint = sub.fingerprint(self.run.context(sub.assignment))
+            previous = self.out / sub.student / sub.assignment / "results.json"
+            if unchanged(previous, fingerprint, self.options.retry_timeouts):
+                summary.skipped += 1
+            else:
+                todo.append((sub, fingerprint))
+        return todo
+
+    def _write_grades(self, results: list[dict[str, Any]], submissions: list[Submission],
+                      summary: Summary | None) -> None:  # fmt: skip
+        unsafe = [_invalid_id_row(s) for s in submissions if s.unsafe_id]
+        with phases.phase("write.grades_csv"):
+            reports.write_grades_csv(self.out, results, unsafe)
+        if summary is not None:
+            summary.tally([*results, *unsafe])  # the file's rows, kept ones included
+
+    def add(self, submitted: Path, problems: dict[tuple[str, str], str] | None = None) -> dict[str, list]:
+        """Queue the submissions under ``submitted`` (a watcher's copy of one arrival) to be
+        graded beside whatever runs already (``collect`` hands them back as they end).
+
+        The answer sorts them: ``queued`` (jobs waiting for or on a worker), ``done``
+        (finished at once: nothing to run, such as an invalid one), ``unchanged`` (its
+        results.json has the same fingerprint). grades.csv is rewritten when one is done.
+        """
+        run = self.run
+        if self._stream is None:
+            self._stream = JobStream(self.server, self.options.workers,
+                                     lambda sub, fingerprint: _prepare_safely(run, sub, fingerprint),
+                                     lambda sub, result, jobs: _finish_safely(run, sub, result, jobs,
+                                                                              self._summary))  # fmt: skip
+        submissions = self._found(submitted, problems)
+        todo = self._changed(submissions, Summary())
+        sorted_out: dict[str, list] = {"queued": [], "done": [], "unchanged": []}
+        for sub in submissions:
+            if sub.unsafe_id or all(sub is not t for t, _ in todo):
+                sorted_out["done" if sub.unsafe_id else "unchanged"].append(sub)
+        for sub, fingerprint in todo:
+            sorted_out["done" if self._stream.add(sub, fingerprint) else "queued"].append(sub)
+        if sorted_out["done"]:
+            self._write_grades(reports.read_results(self.out), sorted_out["done"], None)
+        return sorted_out
+
+    def collect(self, timeout: float) -> list[Submission]:
+        """Wait at most ``timeout`` seconds for queued submissions to end; those that did
+        (results.json and feedback written, grades.csv rewritten)."""
+        if self._stream is None or self._stream.idle:
+            return []
+        ended = self._stream.pump(timeout)
+        if ended:
+            self._write_grades(reports.read_results(self.out), [], None)
+        return ended
+
+    @property
+    def busy(self) -> bool:
+        """Jobs are queued or running (``add``ed, not yet ``collect``ed)."""
+        return self._stream is not None and not self._stream.idle
 
 
 def _invalid_id_row(sub: Submission) -> dict[str, Any]:
