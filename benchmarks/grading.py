@@ -37,7 +37,7 @@ from pathlib import Path
 
 import nbformat
 
-from attention_learner.cell_rules import is_test_cell
+from attention_learner.cell_rules import is_solution_cell, is_test_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "03_scaled_dot_product"
@@ -77,12 +77,11 @@ def _edit(nb: nbformat.NotebookNode, grade_id: str, old: str, new: str) -> None:
 def _as_learner(nb: nbformat.NotebookNode, keep_solutions: bool) -> nbformat.NotebookNode:
     """What a learner hands in: no hidden tests; solution regions filled in or stubbed."""
     for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code":
             continue
         if is_test_cell(cell):
             cell.source = HIDDEN.sub("", cell.source).rstrip() + "\n"
-        if meta.get("solution"):
+        if is_solution_cell(cell):
             if keep_solutions:
                 cell.source = MARKER.sub("", cell.source)
             else:

@@ -33,7 +33,13 @@ import numpy as np
 
 from attention_learner import expected as shipped_data
 from attention_learner import rules as rule_table
-from attention_learner.cell_rules import check_calls, is_test_cell, nbgrader_meta, visible_part
+from attention_learner.cell_rules import (
+    check_calls,
+    is_solution_cell,
+    is_test_cell,
+    nbgrader_meta,
+    visible_part,
+)
 from grader.course_location import derive_install_references
 from grader.exercises import get_exercise
 from grader.nbgrader_course import generate_assignment, temporary_course
@@ -80,7 +86,7 @@ def exercise_cells(nb: nbformat.NotebookNode) -> list[tuple[str, int]]:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             markdown = index
-        elif cell.cell_type == "code" and nbgrader_meta(cell).get("solution") and markdown is not None:
+        elif is_solution_cell(cell) and markdown is not None:
             found.append((nbgrader_meta(cell)["grade_id"], markdown))
     return found
 

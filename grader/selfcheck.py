@@ -23,7 +23,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from attention_learner.cell_rules import TestStatus, cell_outcome, is_test_cell
+from attention_learner.cell_rules import TestStatus, cell_outcome, cell_points, is_test_cell
 from attention_learner.notebook_check import TestOutcome, format_report
 from grader.autograde.child_report import read_report
 from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
@@ -60,7 +60,7 @@ def check_notebook(path: Path, timeout: float = 120.0, *, unconfined: bool = Fal
         if not is_test_cell(cell):
             continue
         grade_id = cell.metadata.nbgrader["grade_id"]
-        max_points = float(cell.metadata.nbgrader.get("points", 0))
+        max_points = cell_points(cell)
         line = report.get(index)
         if line is None:
             why = "timed out" if finished.timed_out else "the notebook stopped before it"

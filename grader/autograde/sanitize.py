@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import nbformat
 from nbformat import NotebookNode
 
+from attention_learner.cell_rules import is_grade_cell, is_locked_cell, nbgrader_meta
 from grader.autograde.gradebook import SourceCells
 from grader.autograde.nbgrader_adapters import nbgrader_resources, sanitizing_preprocessors
 
@@ -52,12 +53,11 @@ def _describe_tampering(nb: NotebookNode, source: NotebookNode) -> list[str]:
         if isinstance(meta, dict) and meta.get("grade_id"):
             submitted.setdefault(meta["grade_id"], []).append(cell)
     for cell in source.cells:
-        meta = cell.metadata.get("nbgrader")
-        if not meta or not (meta.get("grade") or meta.get("locked")) or meta.get("solution"):
+        if not is_locked_cell(cell):
             continue
-        grade_id = meta["grade_id"]
+        grade_id = nbgrader_meta(cell)["grade_id"]
         copies = submitted.get(grade_id, [])
-        kind = "test cell" if meta.get("grade") else "locked cell"
+        kind = "test cell" if is_grade_cell(cell) else "locked cell"
         if not copies:
             notes.append(f"{kind} {grade_id!r} was deleted; it was restored from the source")
             continue

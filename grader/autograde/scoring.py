@@ -10,15 +10,17 @@ from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
-from nbgrader import utils
 
 from attention_learner.cell_rules import (
     Status,
     TestStatus,
     cell_outcome,
+    cell_points,
     exercise_of,
     first_error,
+    is_grade_cell,
     is_manual_cell,
+    is_solution_cell,
     is_test_cell,
     nbgrader_meta,
 )
@@ -86,15 +88,14 @@ def delegation_of(submitted: NotebookNode, source: NotebookNode,
     also what its test cells' checks reached at run time. Editable: the solution cells and
     every other code cell but the source's test cells (sanitizing restored them, and their
     hidden part is not in the learner's copy) and copies of its other locked cells."""
-    solutions = {c.metadata.nbgrader["grade_id"]: c.source for c in submitted.cells
-                 if c.cell_type == "code" and nbgrader_meta(c).get("solution")}
-    given = [c.source for c in source.cells if c.cell_type == "code" and not nbgrader_meta(c).get("solution")]
+    solutions = {c.metadata.nbgrader["grade_id"]: c.source for c in submitted.cells if is_solution_cell(c)}
+    given = [c.source for c in source.cells if c.cell_type == "code" and not is_solution_cell(c)]
     locked = {nbgrader_meta(c).get("grade_id"): c.source for c in source.cells
-              if c.cell_type == "code" and not nbgrader_meta(c).get("solution")}
+              if c.cell_type == "code" and not is_solution_cell(c)}
     tests = {nbgrader_meta(c).get("grade_id") for c in source.cells
              if c.cell_type == "code" and is_test_cell(c)}
     editable = {f"added cell {i}": c.source for i, c in enumerate(submitted.cells)
-                if c.cell_type == "code" and not nbgrader_meta(c).get("solution")
+                if c.cell_type == "code" and not is_solution_cell(c)
                 and nbgrader_meta(c).get("grade_id") not in tests
                 and locked.get(nbgrader_meta(c).get("grade_id")) != c.source}
     delegation = analyse(solutions, given, editable=editable)
@@ -127,7 +128,7 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code":
             if is_manual_cell(cell):  # a written answer, graded by hand as in nbgrader
-                tests.append(TestResult(notebook, meta["grade_id"], 0.0, float(meta.get("points", 0)),
+                tests.append(TestResult(notebook, meta["grade_id"], 0.0, cell_points(cell),
                                         TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
             continue
         line = report.get(index)
@@ -135,7 +136,7 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
         if not is_test_cell(cell):
             cell.outputs = [nbformat.from_dict(o) for o in outputs]
             if is_manual_cell(cell):  # a graded solution cell: manual, as in nbgrader
-                tests.append(TestResult(notebook, meta["grade_id"], 0.0, float(meta.get("points", 0)),
+                tests.append(TestResult(notebook, meta["grade_id"], 0.0, cell_points(cell),
                                         TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
             continue
         kept = [o for o in outputs if o["output_type"] in ("stream", "error")]
@@ -148,7 +149,7 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
                                                   "grader judges against its reference, so it earns nothing")
         if delegation is not None and exercise_of(meta["grade_id"]) in delegation.delegated:
             status, message = TestStatus.FAILED, delegation.message(exercise_of(meta["grade_id"]))
-        max_points = float(meta.get("points", 0))
+        max_points = cell_points(cell)
         if status is not TestStatus.PASSED and first_error(kept) is None:
             cell.outputs.append(nbformat.from_dict({"output_type": "error", "ename": "GradingFailure",
                                                     "evalue": message, "traceback": [message]}))
@@ -176,5 +177,5 @@ def test_verdict(line: CellReport | None, outputs: list[dict], expected: list[Ex
 
 def zero_tests(nb: NotebookNode, name: str, message: str) -> list[TestResult]:
     return [TestResult(name, c.metadata.nbgrader["grade_id"], 0.0,
-                       float(c.metadata.nbgrader.get("points", 0)), TestStatus.NOT_RUN, message)
-            for c in nb.cells if utils.is_grade(c)]
+                       cell_points(c), TestStatus.NOT_RUN, message)
+            for c in nb.cells if is_grade_cell(c)]

@@ -23,6 +23,9 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
+from attention_learner import cell_rules
+from attention_learner.cell_rules import is_locked_cell
+from attention_learner.cell_rules import nbgrader_meta as nbgrader_metadata
 from grader.autograde.notebook_file import InvalidNotebook, read_notebook
 from grader.similarity.guards import NotCompared
 from grader.similarity.normalise import bound_names, import_aliases, normalise, parse_cell
@@ -34,26 +37,9 @@ END = re.compile(r"^[ \t]*#+\s*END SOLUTION\b.*$")
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 
 
-def nbgrader_metadata(cell: NotebookNode) -> dict:
-    """The cell's nbgrader metadata, or {} (a submitted cell's metadata may be anything)."""
-    metadata = cell.get("metadata") if isinstance(cell, dict) else None
-    meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def is_solution_cell(cell: NotebookNode) -> bool:
-    meta = nbgrader_metadata(cell)
-    return cell.get("cell_type") == "code" and bool(meta.get("solution")) and isinstance(
-        meta.get("grade_id"), str)
-
-
-def is_locked_cell(cell: NotebookNode) -> bool:
-    """nbgrader's rule (``utils.is_locked``), for a SOURCE cell: a solution cell never is, a
-    graded cell that is not a solution (a test) always is, any other as its ``locked`` says."""
-    meta = nbgrader_metadata(cell)
-    if not meta or meta.get("solution"):
-        return False
-    return bool(meta.get("grade")) or bool(meta.get("locked"))
+    """A solution cell (``cell_rules``) that names its exercise."""
+    return cell_rules.is_solution_cell(cell) and isinstance(nbgrader_metadata(cell).get("grade_id"), str)
 
 
 def top_level_definitions(tree: ast.Module) -> set[str]:

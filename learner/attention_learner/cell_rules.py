@@ -36,8 +36,34 @@ class TestStatus(StrEnum):
 
 
 def nbgrader_meta(cell: Any) -> dict:
-    meta = cell.get("metadata", {}).get("nbgrader") if isinstance(cell, dict) else None
+    """The cell's nbgrader metadata, or {} (a submitted cell's metadata may be anything)."""
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
     return meta if isinstance(meta, dict) else {}
+
+
+def is_grade_cell(cell: Any) -> bool:
+    """A cell that carries points (nbgrader's ``grade`` flag): a test, or a hand-graded cell."""
+    return bool(nbgrader_meta(cell).get("grade"))
+
+
+def is_solution_cell(cell: Any) -> bool:
+    """A code cell the learner fills in (nbgrader's ``solution`` flag)."""
+    return cell.get("cell_type") == "code" and bool(nbgrader_meta(cell).get("solution"))
+
+
+def is_locked_cell(cell: Any) -> bool:
+    """nbgrader's rule (``utils.is_locked``) for a SOURCE cell: a solution cell never is, a grade
+    cell that is not a solution (a test) always is, any other as its ``locked`` flag says."""
+    meta = nbgrader_meta(cell)
+    if meta.get("solution"):
+        return False
+    return bool(meta.get("grade")) or bool(meta.get("locked"))
+
+
+def cell_points(cell: Any) -> float:
+    """The points a grade cell is worth (its ``points``; 0 when it names none)."""
+    return float(nbgrader_meta(cell).get("points", 0))
 
 
 def is_test_cell(cell: Any) -> bool:

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from attention_learner.cell_rules import TestStatus, cell_outcome, is_test_cell
+from attention_learner.cell_rules import TestStatus, cell_outcome, cell_points, is_test_cell
 from attention_learner.startup import decline_iri_checker
 
 
@@ -62,7 +62,7 @@ def outcomes_of(nb) -> list[TestOutcome]:
         if not is_test_cell(cell):
             continue
         meta = cell.metadata["nbgrader"]
-        max_points = float(meta.get("points", 0))
+        max_points = cell_points(cell)
         if cell.get("execution_count") is None:
             outcomes.append(TestOutcome(meta["grade_id"], 0.0, max_points, False,
                                         "did not run: the notebook stopped before it"))
