@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grader.exercises.ch07_bugs import MISTAKES, online_softmax_with_mistake
 from grader.reference import (
     CachedSelfAttention,
     KVCache,
@@ -21,10 +22,8 @@ from grader.reference import (
     scaled_dot_product_attention,
 )
 from grader.reference.at_scale import (
-    MISTAKES,
     chunk_causal_mask,
     decode_in_chunks,
-    online_softmax_with_mistake,
 )
 from grader.reference.multi_head import to_torch_multihead, torch_attn_mask
 from tests.strategies import attention_inputs, examples, layer_inputs, seeded_torch

@@ -21,13 +21,13 @@ import torch
 
 from attention_learner.cases.ch07 import CACHED_CONTRACT, MEMORY_CASE_BUDGET, chunk_bounds
 from attention_learner.torch_cases import build_module, tensor
+from grader.exercises.ch07_bugs import online_softmax_with_mistake
 from grader.exercises.spec import Arrays, exercise
 from grader.reference import MultiHeadAttention, causal_mask
 from grader.reference.at_scale import (
     KVCache,
     chunk_causal_mask,
     online_softmax_attention,
-    online_softmax_with_mistake,
 )
 from grader.reference.multi_head import (
     merge_heads,

@@ -34,20 +34,6 @@ from torch import nn
 from grader.reference.multi_head import add_projections, merge_heads, split_heads
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
-# The classic mistakes of the online softmax, by name (for the bug zoo and the chapter's
-# figures). Each changes one part of the update below.
-MISTAKES = (
-    "no_accumulator_rescale",  # acc_t = acc_{t-1} + ...  (l is rescaled)
-    "no_sum_rescale",  # l_t = l_{t-1} + ...  (acc is rescaled)
-    "block_max",  # m_t = max over block t only, instead of the running max
-    "drop_last_block",  # the loop stops before a last, partial block
-    "no_max",  # exp(s) with no max subtracted at all: overflows above s ~ 709
-    "never_rescaled",  # neither l nor acc is rescaled when the running max grows
-    "rescaled_upwards",  # the correction exp(m_new - m_old) >= 1 instead of exp(m_old - m_new)
-    "first_block_only",  # the loop returns after its first block
-    "last_block_only",  # l and acc overwritten by each block instead of accumulated
-)
-
 
 def _online_softmax(
     Q: np.ndarray,
@@ -55,7 +41,6 @@ def _online_softmax(
     V: np.ndarray,
     block_size: int,
     mask: np.ndarray | None,
-    mistake: str | None,
 ) -> np.ndarray:
     Q, K, V = (np.asarray(a, dtype=np.float64) for a in (Q, K, V))
     if int(block_size) < 1:
@@ -72,11 +57,7 @@ def _online_softmax(
     m = np.full((*batch, n_q, 1), -np.inf)  # running max of the scores seen so far
     total = np.zeros((*batch, n_q, 1))  # running sum l of exp(s - m)
     acc = np.zeros((*batch, n_q, d_v))  # running sum of exp(s - m) v
-    stop = n_k - n_k % block_size if mistake == "drop_last_block" else n_k
-    stop = min(stop, block_size) if mistake == "first_block_only" else stop
-    keep_l = mistake in ("no_sum_rescale", "never_rescaled")  # l kept as it is
-    keep_acc = mistake in ("no_accumulator_rescale", "never_rescaled")  # acc kept as it is
-    for start in range(0, stop, block_size):
+    for start in range(0, n_k, block_size):
         end = min(start + block_size, n_k)
         K_b, V_b = K[..., start:end, :], V[..., start:end, :]  # (..., b, d_k), (..., b, d_v)
         s = (Q @ np.swapaxes(K_b, -1, -2)) * scale  # (..., n_q, b)
@@ -84,20 +65,15 @@ def _online_softmax(
             visible = np.broadcast_to(mask, (*mask.shape[:-1], n_k))[..., start:end]
             s = np.where(visible, s, -np.inf)  # (..., n_q, b)
         block_max = s.max(axis=-1, keepdims=True)  # (..., n_q, 1)
-        m_new = block_max if mistake == "block_max" else np.maximum(m, block_max)
-        if mistake == "no_max":
-            m_new = np.zeros_like(m)  # every exponent taken relative to 0
+        m_new = np.maximum(m, block_max)  # (..., n_q, 1)
         # Rows that have seen no visible key yet keep m = -inf: shift them by 0 instead,
         # so that exp(-inf - shift) = 0 and no -inf - (-inf) = NaN appears.
         shift = np.where(np.isfinite(m_new), m_new, 0.0)  # (..., n_q, 1)
-        p = np.exp(s - shift)  # (..., n_q, b), entries in [0, 1] (any with block_max)
-        with np.errstate(over="ignore", invalid="ignore"):
-            exponent = shift - m if mistake == "rescaled_upwards" else m - shift
-            correction = np.where(np.isfinite(m), np.exp(exponent), 0.0)  # (..., n_q, 1)
-        if mistake == "last_block_only":
-            correction = np.zeros_like(correction)  # each block overwrites l and acc
-        total = (total if keep_l else total * correction) + p.sum(-1, keepdims=True)
-        acc = (acc if keep_acc else acc * correction) + p @ V_b
+        p = np.exp(s - shift)  # (..., n_q, b), entries in [0, 1]
+        with np.errstate(invalid="ignore"):
+            correction = np.where(np.isfinite(m), np.exp(m - shift), 0.0)  # (..., n_q, 1), <= 1
+        total = total * correction + p.sum(-1, keepdims=True)  # (..., n_q, 1)
+        acc = acc * correction + p @ V_b  # (..., n_q, d_v)
         m = m_new
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, acc / np.where(total > 0, total, 1.0), 0.0)  # (..., n_q, d_v)
@@ -118,22 +94,7 @@ def online_softmax_attention(
     (including sizes that do not divide n_k, 1, and sizes >= n_k), without ever holding more
     than (..., n_q, block_size) scores.
     """
-    return _online_softmax(Q, K, V, block_size, mask, mistake=None)
-
-
-def online_softmax_with_mistake(
-    Q: np.ndarray,
-    K: np.ndarray,
-    V: np.ndarray,
-    block_size: int,
-    mistake: str,
-    mask: np.ndarray | None = None,
-) -> np.ndarray:
-    """:func:`online_softmax_attention` with one classic mistake of :data:`MISTAKES`, to
-    measure what it costs (the chapter's figures) and to recognise it (the bug zoo)."""
-    if mistake not in MISTAKES:
-        raise ValueError(f"unknown mistake {mistake!r}; known: {', '.join(MISTAKES)}")
-    return _online_softmax(Q, K, V, block_size, mask, mistake=mistake)
+    return _online_softmax(Q, K, V, block_size, mask)
 
 
 # ---------------------------------------------------------------- the key-value cache
