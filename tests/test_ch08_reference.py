@@ -5,7 +5,9 @@ sampling against its limits and its distribution."""
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from attention_learner.cases import ch08 as cases
+from attention_learner.cases.ch08 import language
 from grader.reference import translator as chapter6
 from grader.reference.seq2seq import (
     TinyTranslator,
@@ -343,20 +346,53 @@ def test_sampling_draws_from_the_generator_given_only():
 # ---------------------------------------------------------------- the notebook's task
 
 
-def test_the_notebook_trains_on_chapter_6s_pairs():
-    """The learner package's copy of the toy language pair makes exactly the pairs and
-    vocabularies of ``grader.reference.translator`` (the book's)."""
+LANGUAGE_NAMES = {"NOUNS", "ADJECTIVES", "ARTICLES", "VERBS", "CONJUNCTION", "SPECIAL_TOKENS", "Vocab",
+                  "translate", "translate_with_alignment", "random_sentence", "make_pairs",
+                  "source_vocab", "target_vocab", "token_accuracy"}  # fmt: skip
+
+
+def defined_at_top_level(path) -> set[str]:
+    """The names a module defines itself (assignments, functions, classes), imports aside."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_the_toy_language_is_defined_once():
+    """The toy language pair has one definition, ``attention_learner.cases.ch08.language``: no
+    other module of the project defines any of its names, and the book's chapter-6 module
+    hands out those very objects."""
+    root = Path(__file__).resolve().parents[1]
+    home = root / "learner" / "attention_learner" / "cases" / "ch08" / "language.py"
+    assert LANGUAGE_NAMES <= defined_at_top_level(home)
+    others = {str(path.relative_to(root)): found
+              for folder in ("grader", "learner/attention_learner", "book_figures")
+              for path in sorted((root / folder).rglob("*.py")) if path != home
+              if (found := defined_at_top_level(path) & LANGUAGE_NAMES)}  # fmt: skip
+    assert not others, f"a second definition of the toy language: {others}"
+    for name in LANGUAGE_NAMES:
+        assert getattr(chapter6, name) is getattr(language, name), name
+
+
+def test_the_notebook_batches_are_chapter_6s():
+    """The notebook's task holds chapter 6's pairs (seeds 1 and 2, the held-out ones unseen),
+    and its target batch is chapter 6's tgt_out (the French ids, then <eos>, padded)."""
     task = cases.translation_task()
-    assert task.train_pairs == chapter6.make_pairs(3000, seed=1)
+    assert task.train_pairs == language.make_pairs(3000, seed=1)
     seen = {tuple(e) for e, _ in task.train_pairs}
-    assert task.test_pairs == chapter6.make_pairs(200, seed=2, exclude=seen)
-    assert task.source.tokens == chapter6.source_vocab().tokens
-    assert task.target.tokens == chapter6.target_vocab().tokens
-    for english, _ in task.train_pairs[:200]:
-        assert cases.translate(english) == chapter6.translate(english)
+    assert task.test_pairs == language.make_pairs(200, seed=2, exclude=seen)
+    assert not seen & {tuple(e) for e, _ in task.test_pairs}
     src, tgt = task.batch(task.train_pairs[:5])
-    _, _, tgt_out = chapter6.to_batch(task.train_pairs[:5], chapter6.source_vocab(), chapter6.target_vocab())
+    vocabularies = language.source_vocab(), language.target_vocab()
+    src6, _, tgt_out = chapter6.to_batch(task.train_pairs[:5], *vocabularies)
     torch.testing.assert_close(tgt, tgt_out)
+    torch.testing.assert_close(src, src6)
 
 
 def test_the_training_budget_is_zero_when_graded_and_outside_a_kernel(monkeypatch):

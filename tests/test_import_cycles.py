@@ -27,13 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"grader": ROOT / "grader", "attention_learner": ROOT / "learner" / "attention_learner",
             "book_figures": ROOT / "book_figures"}
 
-# edge -> why it stays (see the issue: "one encoder-decoder for the book, the reference and the
-# learner's cases"; the two reference modules are merged by that work, which removes this edge)
-ALLOWED: dict[tuple[str, str], str] = {
-    ("grader.reference.translator", "grader.reference.seq2seq"):
-        "translator.greedy_decode calls seq2seq's padded greedy decode, and seq2seq builds on "
-        "translator's positional encoding: one encoder-decoder in two modules, to be merged",
-}
+# edge -> why it stays (none now: translator and seq2seq, the two reference modules of the
+# encoder-decoder, share one greedy loop, in translator, which no longer imports seq2seq)
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def project_modules() -> dict[str, Path]:

@@ -51,6 +51,7 @@ from grader.reference.transformer import (
     to_torch_decoder_layer,
     to_torch_encoder_layer,
 )
+from grader.reference.translator import greedy_decode as chapter6_greedy_decode
 from grader.reference.translator import positional_encoding
 
 # ---------------------------------------------------------------- teacher forcing and the loss
@@ -239,29 +240,16 @@ def warmup_inverse_sqrt(step: int, warmup: int) -> float:
 # ---------------------------------------------------------------- decoding
 
 
-@torch.no_grad()
 def greedy_decode(model: Any, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int) -> torch.Tensor:
     """The uncached loop: at every step the decoder reruns over the whole prefix
     [BOS, y_1, ..., y_t]. Returns the generated ids, int64 (B, T), without the BOS; a finished
     sentence repeats ``eos_id``; decoding stops when every sentence has emitted EOS or after
-    ``max_len`` tokens. ``model`` has encode(src), decode(tgt, memory, src_pad) and pad_id.
-    (decode reads a pad_id in its input as padding: a model that predicted pad_id would see
-    that position hidden from then on, so the cached loop agrees only with models that never
-    predict it, as a trained one does not.)"""
-    memory = model.encode(src)
-    src_pad = src != model.pad_id  # (B, n_src)
-    B = src.shape[0]
-    tgt = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
-    for _ in range(max_len):
-        logits = model.decode(tgt, memory, src_pad)  # (B, t + 1, V)
-        next_id = logits[:, -1].argmax(dim=-1)  # (B,)
-        next_id = torch.where(finished, torch.full_like(next_id, eos_id), next_id)
-        tgt = torch.cat([tgt, next_id[:, None]], dim=1)  # (B, t + 2)
-        finished |= next_id == eos_id
-        if bool(finished.all()):
-            break
-    return tgt[:, 1:]  # (B, T)
+    ``max_len`` tokens. ``model`` has encode(src), decode(tgt, memory, src_pad) and pad_id:
+    chapter 6's loop (:func:`grader.reference.translator.greedy_decode`, the one definition)
+    with the source padding. (decode reads a pad_id in its input as padding: a model that
+    predicted pad_id would see that position hidden from then on, so the cached loop agrees
+    only with models that never predict it, as a trained one does not.)"""
+    return chapter6_greedy_decode(model, src, max_len, bos_id, eos_id, source_padding=True)
 
 
 def cross_keys_values(layer: nn.Module, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,10 +31,34 @@ import numpy as np
 import torch
 from torch import nn
 
+from attention_learner.cases.ch08.language import (
+    ADJECTIVES,
+    ARTICLES,
+    BOS,
+    CONJUNCTION,
+    EOS,
+    NOUNS,
+    PAD,
+    SPECIAL_TOKENS,
+    VERBS,
+    Vocab,
+    make_pairs,
+    random_sentence,
+    source_vocab,
+    target_vocab,
+    token_accuracy,
+    translate,
+    translate_with_alignment,
+)
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
-PAD, BOS, EOS = 0, 1, 2
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+__all__ = [
+    "ADJECTIVES", "ARTICLES", "BOS", "CONJUNCTION", "EOS", "NOUNS", "PAD", "SPECIAL_TOKENS", "VERBS",
+    "GRUTranslator", "Vocab", "greedy_decode", "make_pairs", "parameter_count", "positional_encoding",
+    "random_sentence", "source_vocab", "target_vocab", "to_batch", "token_accuracy", "train_translator",
+    "translate", "translate_batch", "translate_with_alignment",
+]  # fmt: skip
+
 
 
 # ---------------------------------------------------------------- positional encoding
@@ -59,7 +83,9 @@ def positional_encoding(n: int, d_model: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def greedy_decode(model: Any, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int) -> torch.Tensor:
+def greedy_decode(
+    model: Any, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int, source_padding: bool = False
+) -> torch.Tensor:
     """Decode a batch greedily; return the generated ids, int64 (B, T), without the BOS.
 
     ``model.encode(src)`` is called once; at step t, ``model.decode(tgt, memory)`` sees the
@@ -67,13 +93,18 @@ def greedy_decode(model: Any, src: torch.Tensor, max_len: int, bos_id: int, eos_
     its logits at the LAST position. A sentence that has emitted ``eos_id`` is finished: its
     later entries are ``eos_id``. Decoding stops when every sentence has finished or after
     ``max_len`` steps, so T = min(max_len, the step at which the last sentence finished).
+
+    With ``source_padding`` the model is chapter 8's (``decode(tgt, memory, src_pad)`` and a
+    ``pad_id``): decode is also given src_pad = src != model.pad_id (B, n_src). This is the
+    book's one uncached greedy loop; ``grader.reference.seq2seq.greedy_decode`` calls it so.
     """
     memory = model.encode(src)
+    padding = (src != model.pad_id,) if source_padding else ()  # (B, n_src), or nothing
     B = src.shape[0]
     tgt = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
     for _ in range(max_len):
-        logits = model.decode(tgt, memory)  # (B, t + 1, vocab)
+        logits = model.decode(tgt, memory, *padding)  # (B, t + 1, vocab)
         next_id = logits[:, -1].argmax(dim=-1)  # (B,)
         next_id = torch.where(finished, torch.full_like(next_id, eos_id), next_id)
         tgt = torch.cat([tgt, next_id[:, None]], dim=1)  # (B, t + 2)
@@ -84,147 +115,11 @@ def greedy_decode(model: Any, src: torch.Tensor, max_len: int, bos_id: int, eos_
 
 
 # ---------------------------------------------------------------- the synthetic language pair
-
-# English noun -> (French noun, gender). No noun starts with a vowel, so that the article
-# never elides (l'arbre) and "the" is always "le" or "la".
-NOUNS = {
-    "cat": ("chat", "m"),
-    "dog": ("chien", "m"),
-    "boy": ("garçon", "m"),
-    "book": ("livre", "m"),
-    "boat": ("bateau", "m"),
-    "horse": ("cheval", "m"),
-    "street": ("rue", "f"),
-    "car": ("voiture", "f"),
-    "house": ("maison", "f"),
-    "girl": ("fille", "f"),
-    "table": ("table", "f"),
-    "flower": ("fleur", "f"),
-}
-# English adjective -> (masculine, feminine). All of them follow the noun in French.
-ADJECTIVES = {
-    "red": ("rouge", "rouge"),
-    "black": ("noir", "noire"),
-    "green": ("vert", "verte"),
-    "white": ("blanc", "blanche"),
-    "heavy": ("lourd", "lourde"),
-    "tired": ("fatigué", "fatiguée"),
-}
-ARTICLES = {"the": ("le", "la"), "a": ("un", "une")}
-VERBS = {"sees": "voit", "likes": "aime", "follows": "suit", "finds": "trouve", "pushes": "pousse"}
-CONJUNCTION = {"and": "et"}
-
-
-def translate(sentence: list[str]) -> list[str]:
-    """The toy grammar's translation of an English token list.
-
-    Articles take the gender of their noun (the street -> la rue, the cat -> le chat), and
-    adjectives move after the noun and agree with it (the red car -> la voiture rouge, the
-    black cat -> le chat noir); verbs and "and" translate word for word.
-    """
-    return translate_with_alignment(sentence)[0]
-
-
-def translate_with_alignment(sentence: list[str]) -> tuple[list[str], list[int]]:
-    """The translation and, for each French word, the position of the English word it
-    translates (the alignment a translator's cross-attention can learn)."""
-    out: list[str] = []
-    source: list[int] = []
-    i = 0
-    while i < len(sentence):
-        word = sentence[i]
-        if word in ARTICLES:
-            j = i + 1
-            while sentence[j] in ADJECTIVES:
-                j += 1
-            noun, gender = NOUNS[sentence[j]]
-            g = 0 if gender == "m" else 1
-            out += [ARTICLES[word][g], noun]
-            source += [i, j]
-            for k in range(i + 1, j):  # the adjectives, after the noun
-                out.append(ADJECTIVES[sentence[k]][g])
-                source.append(k)
-            i = j + 1
-        elif word in VERBS or word in CONJUNCTION:
-            out.append(VERBS.get(word) or CONJUNCTION[word])
-            source.append(i)
-            i += 1
-        else:
-            raise ValueError(f"{word!r} is not in the toy grammar")
-    return out, source
-
-
-def random_sentence(rng: np.random.Generator, n_clauses: int, p_adjective: float = 0.5) -> list[str]:
-    """An English sentence of ``n_clauses`` clauses "NP verb NP" joined by "and".
-
-    A noun phrase is an article, at most one adjective (with probability ``p_adjective``),
-    and a noun.
-    """
-    nouns, adjectives = list(NOUNS), list(ADJECTIVES)
-
-    def noun_phrase() -> list[str]:
-        words = [str(rng.choice(list(ARTICLES)))]
-        if rng.random() < p_adjective:
-            words.append(adjectives[rng.integers(len(adjectives))])
-        return words + [nouns[rng.integers(len(nouns))]]
-
-    words: list[str] = []
-    for c in range(n_clauses):
-        if c:
-            words.append("and")
-        words += noun_phrase() + [list(VERBS)[rng.integers(len(VERBS))]] + noun_phrase()
-    return words
-
-
-class Vocab:
-    """Token <-> id, with <pad> = 0, <bos> = 1, <eos> = 2 first."""
-
-    def __init__(self, words: list[str]) -> None:
-        self.tokens = list(SPECIAL_TOKENS) + sorted(set(words) - set(SPECIAL_TOKENS))
-        self.index = {t: i for i, t in enumerate(self.tokens)}
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def encode(self, words: list[str]) -> list[int]:
-        return [self.index[w] for w in words]
-
-    def decode(self, ids: list[int] | torch.Tensor) -> list[str]:
-        """Ids -> words, stopping at the first <eos> and skipping <bos> and <pad>."""
-        words = []
-        for i in [int(i) for i in ids]:
-            if i == EOS:
-                break
-            if i not in (PAD, BOS):
-                words.append(self.tokens[i])
-        return words
-
-
-def source_vocab() -> Vocab:
-    return Vocab(list(NOUNS) + list(ADJECTIVES) + list(ARTICLES) + list(VERBS) + list(CONJUNCTION))
-
-
-def target_vocab() -> Vocab:
-    words = [n for n, _ in NOUNS.values()] + [w for pair in ADJECTIVES.values() for w in pair]
-    words += [w for pair in ARTICLES.values() for w in pair] + list(VERBS.values())
-    return Vocab(words + list(CONJUNCTION.values()))
-
-
-def make_pairs(
-    n: int, seed: int, clauses: tuple[int, ...] = (1, 2, 3), exclude: set[tuple[str, ...]] | None = None
-) -> list[tuple[list[str], list[str]]]:
-    """``n`` distinct (English, French) pairs, the number of clauses drawn from ``clauses``;
-    sentences in ``exclude`` (tuples of English words) are skipped, for a held-out set."""
-    rng = np.random.default_rng(seed)
-    seen = set(exclude or ())
-    pairs = []
-    while len(pairs) < n:
-        english = random_sentence(rng, int(rng.choice(clauses)))
-        if tuple(english) in seen:
-            continue
-        seen.add(tuple(english))
-        pairs.append((english, translate(english)))
-    return pairs
+#
+# The toy language pair (NOUNS, ADJECTIVES, ARTICLES, VERBS, CONJUNCTION, translate, Vocab, the
+# vocabularies, make_pairs, token_accuracy) has one definition, in the learner's package
+# (``attention_learner.cases.ch08.language``: the chapter 8 notebook trains on it); it is
+# imported above and named here for the book's pages.
 
 
 def to_batch(
@@ -367,22 +262,9 @@ def translate_batch(
     and :class:`GRUTranslator` do; the loop is chapter 8's plain (uncached) one, which is
     chapter 6's :func:`greedy_decode` with the source padding passed to ``decode``.
     """
-    from grader.reference.seq2seq import greedy_decode as greedy_decode_with_padding  # seq2seq imports us
-
     n = max(len(s) for s in sentences)
     src = torch.full((len(sentences), n), PAD, dtype=torch.long)
     for b, s in enumerate(sentences):
         src[b, : len(s)] = torch.tensor(src_vocab.encode(s))
-    ids = greedy_decode_with_padding(model, src, max_len, BOS, EOS)  # (B, T)
+    ids = greedy_decode(model, src, max_len, BOS, EOS, source_padding=True)  # (B, T)
     return [tgt_vocab.decode(row) for row in ids]
-
-
-def token_accuracy(predicted: list[str], reference: list[str]) -> float:
-    """The fraction of the reference's positions (and its end) that the prediction gets right.
-
-    Position t counts as right when predicted[t] == reference[t]; a prediction of the wrong
-    length loses the positions it lacks and the end-of-sentence position.
-    """
-    hits = sum(p == r for p, r in zip(predicted, reference, strict=False))
-    hits += len(predicted) == len(reference)
-    return hits / (len(reference) + 1)
