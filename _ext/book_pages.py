@@ -52,9 +52,7 @@ def _is_launch_dropdown(button: Any) -> bool:
     return isinstance(button, dict) and "launch" in str(button.get("label", "")).lower()
 
 
-def adjust_page(
-    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
-) -> None:
+def adjust_page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
     """Remove thebe assets everywhere and launch buttons outside the ``.ipynb`` pages."""
     for key in ("script_files", "css_files"):
         if key in context:

@@ -36,8 +36,9 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
     proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1):  # 1: a test fails
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                         f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise SystemExit(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
     return seconds, proc.stdout
 
 
@@ -67,8 +68,10 @@ def report(times: dict[str, list[float]], own: list[float], repeat: int) -> None
         print(f"ratio nbgrader validate / {name}: {validate / medians[name]:.2f}x")
     overhead = medians["attention-check"] - own_median
     verdict = "within" if overhead <= OVERHEAD_LIMIT else "OVER"
-    print(f"attention-check overhead over the notebook's own run: {overhead:.2f} s "
-          f"({verdict} the {OVERHEAD_LIMIT} s budget), {repeat} runs each")
+    print(
+        f"attention-check overhead over the notebook's own run: {overhead:.2f} s "
+        f"({verdict} the {OVERHEAD_LIMIT} s budget), {repeat} runs each"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for name, out in outputs.items():
             lines = [line.strip() for line in out.splitlines() if line.strip()]
-            verdict = next((line for line in lines if "visible tests pass" in line
-                            or line.startswith(("VALIDATION", "Success"))), lines[-1] if lines else "")
+            verdict = next(
+                (
+                    line
+                    for line in lines
+                    if "visible tests pass" in line or line.startswith(("VALIDATION", "Success"))
+                ),
+                lines[-1] if lines else "",
+            )
             print(f"{name} says: {verdict[:100]}")
         print()
         report(times, own, args.repeat)

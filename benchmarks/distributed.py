@@ -54,8 +54,19 @@ TINY_CELL = "import numpy as np\nx = float(np.ones(3).sum())\nprint(x)\n"
 
 def grade(root: Path, out: Path, extra: list[str]) -> dict[str, float]:
     """One whole autograde command; its wall time, parent CPU and steady-state throughput."""
-    command = [sys.executable, "-c", WRAPPER, "autograde", str(root / "submitted"), "--out", str(out),
-               "--source", str(root / "source"), "--quiet", *extra]
+    command = [
+        sys.executable,
+        "-c",
+        WRAPPER,
+        "autograde",
+        str(root / "submitted"),
+        "--out",
+        str(out),
+        "--source",
+        str(root / "source"),
+        "--quiet",
+        *extra,
+    ]
     start = time.time()
     proc = subprocess.run(command, cwd=root, env=env(), capture_output=True, text=True)
     wall = time.time() - start
@@ -84,8 +95,10 @@ def per_job_overhead(jobs: int, work: Path) -> tuple[float, float]:
 
     config = grading_config(choose_isolation(accept_weak=False), [work])
     medians = []
-    for name, make in (("fork server", lambda: ForkServer(config)),
-                       ("dask local:1", lambda: DaskExecutor("local:1", config))):
+    for name, make in (
+        ("fork server", lambda: ForkServer(config)),
+        ("dask local:1", lambda: DaskExecutor("local:1", config)),
+    ):
         times = []
         with make() as executor:
             executor.wait_ready()
@@ -112,11 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         make_course(root, args.n)
         fork, dask = per_job_overhead(args.jobs, root / "tiny")
-        print(f"  tiny jobs: fork server {1000 * fork:.1f} ms, Dask {1000 * dask:.1f} ms", file=sys.stderr,
-              flush=True)
-        runs = {"one machine, --workers 2": ["--workers", "2"],
-                "Dask local:1 (1 worker)": ["--scheduler", "local:1"],
-                "Dask local:2 (2 workers)": ["--scheduler", "local:2"]}
+        print(
+            f"  tiny jobs: fork server {1000 * fork:.1f} ms, Dask {1000 * dask:.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+        runs = {
+            "one machine, --workers 2": ["--workers", "2"],
+            "Dask local:1 (1 worker)": ["--scheduler", "local:1"],
+            "Dask local:2 (2 workers)": ["--scheduler", "local:2"],
+        }
         measured, scores = {}, {}
         for k, (label, extra) in enumerate(runs.items()):
             out = root / f"out{k}"
@@ -126,19 +144,27 @@ def main(argv: list[str] | None = None) -> int:
         reference = scores["one machine, --workers 2"]
         differ = [label for label, s in scores.items() if s != reference]
         print(f"\n{args.n} chapter 3 submissions, same files, one run each (start-up included):\n")
-        print("| run | wall s | submissions/s (whole) | submissions/s (steady) | first result s "
-              "| parent CPU ms/submission |")
+        print(
+            "| run | wall s | submissions/s (whole) | submissions/s (steady) | first result s "
+            "| parent CPU ms/submission |"
+        )
         print("|---|---:|---:|---:|---:|---:|")
         for label, m in measured.items():
-            print(f"| {label} | {m['wall']:.1f} | {args.n / m['wall']:.2f} | {m['throughput']:.2f} "
-                  f"| {m['first']:.1f} | {1000 * m['cpu'] / args.n:.0f} |")
+            print(
+                f"| {label} | {m['wall']:.1f} | {args.n / m['wall']:.2f} | {m['throughput']:.2f} "
+                f"| {m['first']:.1f} | {1000 * m['cpu'] / args.n:.0f} |"
+            )
         one, two = (measured[label]["throughput"] for label in list(runs)[1:])
         base = measured["one machine, --workers 2"]["throughput"]
-        print(f"\nsteady-state: 2 Dask workers / 1 = {two / one:.2f}x; "
-              f"Dask local:2 vs one machine = {two / base:.2f}x "
-              f"({1000 * (1 / two - 1 / base) * 2:+.0f} ms per submission per worker)")
-        print(f"tiny job, one at a time (median of {args.jobs}): fork server {1000 * fork:.1f} ms, "
-              f"Dask local:1 {1000 * dask:.1f} ms: overhead {1000 * (dask - fork):.1f} ms per job")
+        print(
+            f"\nsteady-state: 2 Dask workers / 1 = {two / one:.2f}x; "
+            f"Dask local:2 vs one machine = {two / base:.2f}x "
+            f"({1000 * (1 / two - 1 / base) * 2:+.0f} ms per submission per worker)"
+        )
+        print(
+            f"tiny job, one at a time (median of {args.jobs}): fork server {1000 * fork:.1f} ms, "
+            f"Dask local:1 {1000 * dask:.1f} ms: overhead {1000 * (dask - fork):.1f} ms per job"
+        )
         if differ:
             print(f"\nSCORES DIFFER from the one-machine run in: {', '.join(differ)}")
             return 1

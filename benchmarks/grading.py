@@ -86,7 +86,8 @@ def _as_learner(nb: nbformat.NotebookNode, keep_solutions: bool) -> nbformat.Not
                 cell.source = MARKER.sub("", cell.source)
             else:
                 cell.source = SOLUTION_BLOCK.sub(
-                    "    # YOUR CODE HERE\n    raise NotImplementedError()\n", cell.source)
+                    "    # YOUR CODE HERE\n    raise NotImplementedError()\n", cell.source
+                )
         cell.outputs, cell.execution_count = [], None
     return nb
 
@@ -116,17 +117,24 @@ def no_sqrt() -> nbformat.NotebookNode:
 def wrong_axis() -> nbformat.NotebookNode:
     """Exercise 2 takes the softmax over the queries instead of the keys."""
     nb = source_notebook()
-    _edit(nb, "scaled_dot_product_attention_torch", "torch.softmax(scores, dim=-1)",
-          "torch.softmax(scores, dim=-2)")
+    _edit(
+        nb,
+        "scaled_dot_product_attention_torch",
+        "torch.softmax(scores, dim=-1)",
+        "torch.softmax(scores, dim=-2)",
+    )
     return _as_learner(nb, keep_solutions=True)
 
 
 def warns() -> nbformat.NotebookNode:
     """Correct, but exercise 3 prints a warning from the learner's own code (stderr)."""
     nb = source_notebook()
-    _edit(nb, "softmax_jacobian", "### BEGIN SOLUTION\n",
-          "### BEGIN SOLUTION\n    import warnings\n\n"
-          "    warnings.warn(\"is p really a probability vector?\")\n")
+    _edit(
+        nb,
+        "softmax_jacobian",
+        "### BEGIN SOLUTION\n",
+        '### BEGIN SOLUTION\n    import warnings\n\n    warnings.warn("is p really a probability vector?")\n',
+    )
     return _as_learner(nb, keep_solutions=True)
 
 
@@ -134,8 +142,7 @@ def half_done() -> nbformat.NotebookNode:
     """Exercise 1 solved, every other exercise still a stub."""
     nb = stubs()
     solved = correct()
-    _cell(nb, "scaled_dot_product_attention").source = _cell(
-        solved, "scaled_dot_product_attention").source
+    _cell(nb, "scaled_dot_product_attention").source = _cell(solved, "scaled_dot_product_attention").source
     return nb
 
 
@@ -182,8 +189,10 @@ def make_mixed_course(root: Path, n: int) -> list[tuple[str, str]]:
         shutil.copytree(ROOT / "solutions" / name, root / "source" / name)
         if name != ASSIGNMENT:
             solved = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
-            built[name] = {"correct": _as_learner(solved, keep_solutions=True),
-                           "stubs": nbformat.read(ROOT / "chapters" / name / f"{name}.ipynb", as_version=4)}
+            built[name] = {
+                "correct": _as_learner(solved, keep_solutions=True),
+                "stubs": nbformat.read(ROOT / "chapters" / name / f"{name}.ipynb", as_version=4),
+            }
     students = []
     for k in range(n):
         name = MIXED[k % len(MIXED)]
@@ -208,8 +217,11 @@ def mixed_run(tmp: Path, n: int, workers: int) -> list[str]:
         t_nbgrader += nbgrader(root, "autograde", name, "--force")
     t_ours = ours(root, tmp / "mixed-out", workers)
     theirs = {k: v for name in MIXED for k, v in nbgrader_scores(root, name).items()}
-    print(f"mixed class (chapters 3, 6, 8; {n} submissions): nbgrader {t_nbgrader:.1f} s, ours "
-          f"{t_ours:.1f} s: {t_nbgrader / t_ours:.1f}x", flush=True)
+    print(
+        f"mixed class (chapters 3, 6, 8; {n} submissions): nbgrader {t_nbgrader:.1f} s, ours "
+        f"{t_ours:.1f} s: {t_nbgrader / t_ours:.1f}x",
+        flush=True,
+    )
     return compare(students, theirs, our_scores(tmp / "mixed-out"))
 
 
@@ -238,9 +250,23 @@ def ours(root: Path, out: Path, workers: int) -> float:
     phases = out.parent / f"{out.name}.phases.json"
     os.environ["GRADER_PHASES"] = str(phases)
     try:
-        seconds = run([sys.executable, "-m", "grader", "autograde", str(root / "submitted"),
-                       "--out", str(out), "--source", str(root / "source"),
-                       "--workers", str(workers), "--quiet"], cwd=root)
+        seconds = run(
+            [
+                sys.executable,
+                "-m",
+                "grader",
+                "autograde",
+                str(root / "submitted"),
+                "--out",
+                str(out),
+                "--source",
+                str(root / "source"),
+                "--workers",
+                str(workers),
+                "--quiet",
+            ],
+            cwd=root,
+        )
     finally:
         del os.environ["GRADER_PHASES"]
     print_phases(json.loads(phases.read_text()), seconds)
@@ -273,12 +299,19 @@ def print_phases(phases: dict[str, dict[str, float]], wall: float) -> None:
                 part = phases[name]["seconds"]
                 print(f"      {name:<74} {part:7.2f} s {100 * part / wall:5.1f} %")
     rest = wall - accounted
-    print(f"    {'the rest (interpreter start and exit, the job loop itself)':<76} {rest:7.2f} s "
-          f"{100 * rest / wall:5.1f} %")
+    print(
+        f"    {'the rest (interpreter start and exit, the job loop itself)':<76} {rest:7.2f} s "
+        f"{100 * rest / wall:5.1f} %"
+    )
     jobs = phases.get("job.total", {"count": 0})["count"] or 1
-    print("    per job, mean: " + ", ".join(
-        f"{name[4:]} {1000 * phases.get(name, {'seconds': 0.0})['seconds'] / jobs:.0f} ms"
-        for name in JOB_PHASES) + f" ({jobs} jobs, the solution run included)")
+    print(
+        "    per job, mean: "
+        + ", ".join(
+            f"{name[4:]} {1000 * phases.get(name, {'seconds': 0.0})['seconds'] / jobs:.0f} ms"
+            for name in JOB_PHASES
+        )
+        + f" ({jobs} jobs, the solution run included)"
+    )
 
 
 def nbgrader_scores(root: Path, assignment: str = ASSIGNMENT) -> dict[str, dict[str, float]]:
@@ -305,8 +338,18 @@ def our_scores(out: Path) -> dict[str, dict[str, float]]:
     with open(out / "grades.csv", newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             # the row's own columns; the rest are the test cells (grades.csv's contract)
-            fixed = {"student_id", "assignment", "score", "max_score", "status", "timestamp",
-                     "late_by_seconds", "penalty", "raw_score", "flags"}
+            fixed = {
+                "student_id",
+                "assignment",
+                "score",
+                "max_score",
+                "status",
+                "timestamp",
+                "late_by_seconds",
+                "penalty",
+                "raw_score",
+                "flags",
+            }
             values = {k: float(v) for k, v in row.items() if k not in fixed and v != ""}
             values["score"] = float(row["score"])
             values["status"] = row["status"]  # type: ignore[assignment]
@@ -320,16 +363,15 @@ def compare(students: list[tuple[str, str]], theirs: dict, mine: dict) -> list[s
     for student, variant in students:
         a, b = theirs.get(student), mine.get(student)
         if a is None or b is None:
-            problems.append(f"{student} ({variant}): missing from "
-                            f"{'nbgrader' if a is None else 'ours'}")
+            problems.append(f"{student} ({variant}): missing from {'nbgrader' if a is None else 'ours'}")
             continue
         if b.get("status") != "graded":
             problems.append(f"{student} ({variant}): our status is {b.get('status')}")
         for key in sorted(set(a) | (set(b) - {"status"})):
             if abs(a.get(key, float("nan")) - b.get(key, float("nan"))) > 1e-6 or (
-                    key not in a or key not in b):
-                problems.append(f"{student} ({variant}) {key}: nbgrader {a.get(key)} "
-                                f"vs ours {b.get(key)}")
+                key not in a or key not in b
+            ):
+                problems.append(f"{student} ({variant}) {key}: nbgrader {a.get(key)} vs ours {b.get(key)}")
     return problems
 
 
@@ -338,8 +380,14 @@ def test_cells(scores: dict[str, dict[str, float]]) -> list[str]:
     return sorted({k for row in scores.values() for k in row} - {"score"})
 
 
-def print_report(students: list[tuple[str, str]], theirs: dict, mine: dict, workers: int,
-                 same_run: tuple[int, float, float], scale_run: tuple[int, float | None]) -> None:
+def print_report(
+    students: list[tuple[str, str]],
+    theirs: dict,
+    mine: dict,
+    workers: int,
+    same_run: tuple[int, float, float],
+    scale_run: tuple[int, float | None],
+) -> None:
     """The scores per variant, the timing table and the speed-ups.
 
     ``same_run`` is (N, nbgrader's seconds, ours) on the same N submissions; ``scale_run``
@@ -357,13 +405,16 @@ def print_report(students: list[tuple[str, str]], theirs: dict, mine: dict, work
         seen.add(variant)
         a, b = theirs[student], mine[student]
         same = all(abs(a.get(k, -1) - b.get(k, -2)) < 1e-6 for k in ["score", *tests])
-        print(f"  {variant:<11} {a['score']:>5g} / {b['score']:<5g}"
-              f"{'' if same else '   DIFFERENT'}  "
-              + " ".join(f"{a.get(t, 0):g}" for t in tests))
+        print(
+            f"  {variant:<11} {a['score']:>5g} / {b['score']:<5g}"
+            f"{'' if same else '   DIFFERENT'}  " + " ".join(f"{a.get(t, 0):g}" for t in tests)
+        )
     print(f"  (per test: {', '.join(tests)})")
     print()
-    rows = [("nbgrader autograde (sequential)", n, t_nbgrader),
-            (f"python -m grader autograde (--workers {workers})", n, t_ours)]
+    rows = [
+        ("nbgrader autograde (sequential)", n, t_nbgrader),
+        (f"python -m grader autograde (--workers {workers})", n, t_ours),
+    ]
     if t_scale is not None:
         rows.append((f"python -m grader autograde (--workers {workers})", scale, t_scale))
     width = max(len(r[0]) for r in rows)
@@ -372,25 +423,34 @@ def print_report(students: list[tuple[str, str]], theirs: dict, mine: dict, work
     for name, count, seconds in rows:
         print(f"{name:<{width}}  {count:>5}  {seconds:>8.1f}  {seconds / count:>14.3f}")
     print()
-    print(f"speed-up on the same {n} submissions: {t_nbgrader / t_ours:.1f}x "
-          f"(nbgrader {t_nbgrader / n:.2f} s vs ours {t_ours / n:.3f} s per submission, "
-          f"ours including its start-up)")
+    print(
+        f"speed-up on the same {n} submissions: {t_nbgrader / t_ours:.1f}x "
+        f"(nbgrader {t_nbgrader / n:.2f} s vs ours {t_ours / n:.3f} s per submission, "
+        f"ours including its start-up)"
+    )
     if t_scale is not None:
         # nbgrader grades one submission after another, so its cost per submission does not
         # fall with N; it was not run at this size (it would take many minutes)
-        print(f"at {scale} submissions: ours {t_scale / scale:.3f} s per submission, "
-              f"{t_nbgrader / n / (t_scale / scale):.1f}x below nbgrader's "
-              f"{t_nbgrader / n:.2f} s measured above")
+        print(
+            f"at {scale} submissions: ours {t_scale / scale:.3f} s per submission, "
+            f"{t_nbgrader / n / (t_scale / scale):.1f}x below nbgrader's "
+            f"{t_nbgrader / n:.2f} s measured above"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20, help="submissions (default 20)")
-    parser.add_argument("--scale", type=int, default=0,
-                        help="also time ours alone on this many submissions (e.g. 200)")
+    parser.add_argument(
+        "--scale", type=int, default=0, help="also time ours alone on this many submissions (e.g. 200)"
+    )
     parser.add_argument("--workers", type=int, default=2, help="our --workers (default 2)")
-    parser.add_argument("--mixed", type=int, default=0,
-                        help="also grade a mixed class of chapters 3, 6 and 8 of this size with both")
+    parser.add_argument(
+        "--mixed",
+        type=int,
+        default=0,
+        help="also grade a mixed class of chapters 3, 6 and 8 of this size with both",
+    )
     parser.add_argument("--quick", action="store_true", help="4 submissions, no scale run")
     parser.add_argument("--keep", action="store_true", help="keep the temporary courses")
     args = parser.parse_args(argv)
@@ -401,9 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = tmp / "course"
         students = make_course(root, n)
-        print(f"{n} submissions of {ASSIGNMENT}: "
-              + ", ".join(f"{v} x{c}" for v, c in Counter(v for _, v in students).items()),
-              flush=True)
+        print(
+            f"{n} submissions of {ASSIGNMENT}: "
+            + ", ".join(f"{v} x{c}" for v, c in Counter(v for _, v in students).items()),
+            flush=True,
+        )
 
         nbgrader(root, "generate_assignment", ASSIGNMENT, "--force")
         t_nbgrader = nbgrader(root, "autograde", ASSIGNMENT, "--force")
@@ -425,9 +487,11 @@ def main(argv: list[str] | None = None) -> int:
             problems += mixed_run(tmp, args.mixed, args.workers)
 
         print_report(students, theirs, mine, args.workers, (n, t_nbgrader, t_ours), (scale, t_scale))
-        agreed = n - len({p.split(' ', 1)[0] for p in problems})
-        print(f"scores agree on {agreed} of {n} submissions "
-              f"({len(test_cells(theirs))} test cells each, compared one by one)")
+        agreed = n - len({p.split(" ", 1)[0] for p in problems})
+        print(
+            f"scores agree on {agreed} of {n} submissions "
+            f"({len(test_cells(theirs))} test cells each, compared one by one)"
+        )
         if problems:
             print("DISAGREEMENTS:\n  " + "\n  ".join(problems))
             return 1

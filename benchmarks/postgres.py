@@ -46,9 +46,20 @@ def new_database(base_url: str) -> str:
 
 def autograde(root: Path, out: Path, workers: int, db: str | None) -> float:
     """Wall-clock seconds of one whole ``python -m grader autograde`` command."""
-    command = [sys.executable, "-m", "grader", "autograde", str(root / "submitted"),
-               "--out", str(out), "--source", str(root / "source"), "--workers", str(workers),
-               "--quiet"] + (["--db", db] if db else [])
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(root / "submitted"),
+        "--out",
+        str(out),
+        "--source",
+        str(root / "source"),
+        "--workers",
+        str(workers),
+        "--quiet",
+    ] + (["--db", db] if db else [])
     return grading.run(command, cwd=root)
 
 
@@ -57,9 +68,13 @@ def gradebook_scores(url: str) -> dict[tuple[str, str], float]:
     from nbgrader.api import Gradebook
 
     with Gradebook(url) as gradebook:
-        return {(student.id, grade.name): float(grade.auto_score or 0.0)
-                for student in gradebook.students for submission in student.submissions
-                for notebook in submission.notebooks for grade in notebook.grades}
+        return {
+            (student.id, grade.name): float(grade.auto_score or 0.0)
+            for student in gradebook.students
+            for submission in student.submissions
+            for notebook in submission.notebooks
+            for grade in notebook.grades
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                 db = new_database(base_url) if backend == "postgresql" else None
                 times[backend].append(autograde(root, out, args.workers, db))
                 last[backend] = (out, db or f"sqlite:///{out / 'gradebook.db'}")
-        rerun = {b: autograde(root, out, args.workers, None if b == "sqlite" else url)
-                 for b, (out, url) in last.items()}
+        rerun = {
+            b: autograde(root, out, args.workers, None if b == "sqlite" else url)
+            for b, (out, url) in last.items()
+        }
 
         problems = []
         csv_scores = {b: grading.our_scores(out) for b, (out, _) in last.items()}
@@ -97,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             problems.append("the PostgreSQL gradebook does not hold every student")
 
         sqlite, postgres = statistics.median(times["sqlite"]), statistics.median(times["postgresql"])
-        print(f"{args.n} submissions, --workers {args.workers}, median of {args.repeat} "
-              "(whole commands, start-up included)")
+        print(
+            f"{args.n} submissions, --workers {args.workers}, median of {args.repeat} "
+            "(whole commands, start-up included)"
+        )
         print(f"{'gradebook':<12}{'seconds':>10}{'per submission':>16}{'re-run (kept)':>15}")
         for name, seconds in (("sqlite", sqlite), ("postgresql", postgres)):
             print(f"{name:<12}{seconds:>10.1f}{seconds / args.n:>16.2f}{rerun[name]:>15.1f}")

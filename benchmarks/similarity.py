@@ -44,8 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "03_scaled_dot_product"
 RELEASED = ROOT / "chapters" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 SOURCE = ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-SDPA, TORCH, JACOBIAN = ("scaled_dot_product_attention", "scaled_dot_product_attention_torch",
-                         "softmax_jacobian")
+SDPA, TORCH, JACOBIAN = (
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_torch",
+    "softmax_jacobian",
+)
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.M)
 
 # --- the NumPy exercise: one idiom per step; S scores, M row maxima, E exponentials,
@@ -60,8 +63,10 @@ NUMPY_SCORES = [
 NUMPY_MASKS = [
     ["if mask is not None:", "    S = np.where(mask, S, -np.inf)"],
     ["if mask is not None:", "    S = np.where(np.broadcast_to(mask, S.shape), S, -np.inf)"],
-    ["allowed = np.ones(S.shape, bool) if mask is None else np.broadcast_to(mask, S.shape)",
-     "S = np.where(allowed, S, -np.inf)"],
+    [
+        "allowed = np.ones(S.shape, bool) if mask is None else np.broadcast_to(mask, S.shape)",
+        "S = np.where(allowed, S, -np.inf)",
+    ],
     ["if mask is not None:", "    S = S + np.where(mask, 0.0, -np.inf)"],
     ["if mask is not None:", "    S = S.copy()", "    S[~np.broadcast_to(mask, S.shape)] = -np.inf"],
 ]
@@ -95,16 +100,32 @@ TORCH_SCORES = [
     ["S = torch.matmul(Q, K.transpose(-1, -2)) * (1.0 / math.sqrt(K.size(-1)))"],
 ]
 TORCH_MASKED = [
-    ["if mask is not None:", '    S = S.masked_fill(~mask, float("-inf"))',
-     "W = torch.nan_to_num(torch.softmax(S, dim=-1), nan=0.0)"],
-    ["if mask is not None:", "    S = torch.where(mask, S, torch.full_like(S, -math.inf))",
-     "W = torch.softmax(S, dim=-1)", "W = torch.where(torch.isnan(W), torch.zeros_like(W), W)"],
-    ["if mask is None:", "    mask = torch.ones_like(S, dtype=torch.bool)",
-     "mask = mask.expand(S.shape)", "keep = mask.any(dim=-1, keepdim=True)",
-     "S = S.masked_fill(~mask, -1e30)", "W = torch.softmax(S, dim=-1) * keep"],
-    ["E = torch.exp(S - S.amax(dim=-1, keepdim=True).detach())",
-     "if mask is not None:", "    E = E * mask", "Z = E.sum(dim=-1, keepdim=True)",
-     "W = E / torch.clamp(Z, min=1e-300)"],
+    [
+        "if mask is not None:",
+        '    S = S.masked_fill(~mask, float("-inf"))',
+        "W = torch.nan_to_num(torch.softmax(S, dim=-1), nan=0.0)",
+    ],
+    [
+        "if mask is not None:",
+        "    S = torch.where(mask, S, torch.full_like(S, -math.inf))",
+        "W = torch.softmax(S, dim=-1)",
+        "W = torch.where(torch.isnan(W), torch.zeros_like(W), W)",
+    ],
+    [
+        "if mask is None:",
+        "    mask = torch.ones_like(S, dtype=torch.bool)",
+        "mask = mask.expand(S.shape)",
+        "keep = mask.any(dim=-1, keepdim=True)",
+        "S = S.masked_fill(~mask, -1e30)",
+        "W = torch.softmax(S, dim=-1) * keep",
+    ],
+    [
+        "E = torch.exp(S - S.amax(dim=-1, keepdim=True).detach())",
+        "if mask is not None:",
+        "    E = E * mask",
+        "Z = E.sum(dim=-1, keepdim=True)",
+        "W = E / torch.clamp(Z, min=1e-300)",
+    ],
 ]
 TORCH_OUTPUTS = [["return W @ V, W"], ["return torch.matmul(W, V), W"]]
 
@@ -122,21 +143,43 @@ JACOBIANS = [
 # new axis, and a first line or two of their own
 NUMPY_AXES = ["-1", "S.ndim - 1", "len(S.shape) - 1"]
 TORCH_AXES = ["-1", "S.dim() - 1", "len(S.shape) - 1"]
-NUMPY_PREAMBLES = [[], ["Q, K, V = np.asarray(Q), np.asarray(K), np.asarray(V)"],
-                   ['assert Q.shape[-1] == K.shape[-1], "queries and keys differ in size"'],
-                   ["n_q, n_k = Q.shape[-2], K.shape[-2]"], ["Q = np.asarray(Q, dtype=np.float64)"]]
-TORCH_PREAMBLES = [[], ["assert Q.shape[-1] == K.shape[-1]"],
-                   ["Q, K, V = Q.double(), K.double(), V.double()"],
-                   ["d_k = Q.size(-1)"]]
+NUMPY_PREAMBLES = [
+    [],
+    ["Q, K, V = np.asarray(Q), np.asarray(K), np.asarray(V)"],
+    ['assert Q.shape[-1] == K.shape[-1], "queries and keys differ in size"'],
+    ["n_q, n_k = Q.shape[-2], K.shape[-2]"],
+    ["Q = np.asarray(Q, dtype=np.float64)"],
+]
+TORCH_PREAMBLES = [
+    [],
+    ["assert Q.shape[-1] == K.shape[-1]"],
+    ["Q, K, V = Q.double(), K.double(), V.double()"],
+    ["d_k = Q.size(-1)"],
+]
 
-NAMES = {"S": ["scores", "logits", "s", "att", "sim", "raw"], "M": ["m", "row_max", "peak", "top", "mx"],
-         "E": ["e", "ex", "expd", "num", "exps"], "Z": ["z", "total", "den", "norm", "sums"],
-         "W": ["weights", "w", "probs", "attn", "p", "alpha"], "d": ["d", "d_k", "dk", "dim"],
-         "Kt": ["Kt", "K_T", "keys_t"], "scale": ["scale", "root_d", "denom"],
-         "allowed": ["allowed", "ok", "visible"], "out": ["out", "result", "context"],
-         "output": ["output", "ctx", "y"], "keep": ["keep", "has_key", "any_key"]}
-COMMENTS = ["# scores", "# numerically stable", "# TODO: check shapes", "# fully masked rows",
-            "# softmax", "# my implementation", "# normalise"]
+NAMES = {
+    "S": ["scores", "logits", "s", "att", "sim", "raw"],
+    "M": ["m", "row_max", "peak", "top", "mx"],
+    "E": ["e", "ex", "expd", "num", "exps"],
+    "Z": ["z", "total", "den", "norm", "sums"],
+    "W": ["weights", "w", "probs", "attn", "p", "alpha"],
+    "d": ["d", "d_k", "dk", "dim"],
+    "Kt": ["Kt", "K_T", "keys_t"],
+    "scale": ["scale", "root_d", "denom"],
+    "allowed": ["allowed", "ok", "visible"],
+    "out": ["out", "result", "context"],
+    "output": ["output", "ctx", "y"],
+    "keep": ["keep", "has_key", "any_key"],
+}
+COMMENTS = [
+    "# scores",
+    "# numerically stable",
+    "# TODO: check shapes",
+    "# fully masked rows",
+    "# softmax",
+    "# my implementation",
+    "# normalise",
+]
 
 
 def _rename(lines: list[str], rng: random.Random) -> list[str]:
@@ -148,7 +191,7 @@ def _rename(lines: list[str], rng: random.Random) -> list[str]:
 def _cosmetics(lines: list[str], rng: random.Random) -> list[str]:
     out = []
     for line in lines:
-        indent = line[:len(line) - len(line.lstrip())]
+        indent = line[: len(line) - len(line.lstrip())]
         if rng.random() < 0.15:
             out.append(indent + rng.choice(COMMENTS))
         out.append(line)
@@ -169,15 +212,23 @@ def _habits(lines: list[str], rng: random.Random, axes: list[str], keep: str, ne
 
 def numpy_solution(rng: random.Random) -> str:
     steps = [rng.choice(NUMPY_PREAMBLES), rng.choice(NUMPY_SCORES), rng.choice(NUMPY_MASKS)]
-    softmax = _habits([*rng.choice(NUMPY_MAXIMA), *rng.choice(NUMPY_EXPS), *rng.choice(NUMPY_NORMS)], rng,
-                      NUMPY_AXES, ", keepdims=True)", ")[..., None]")
+    softmax = _habits(
+        [*rng.choice(NUMPY_MAXIMA), *rng.choice(NUMPY_EXPS), *rng.choice(NUMPY_NORMS)],
+        rng,
+        NUMPY_AXES,
+        ", keepdims=True)",
+        ")[..., None]",
+    )
     output = rng.choice(NUMPY_OUTPUTS)
     head = f"def {SDPA}(Q, K, V, mask=None):"
     if rng.random() < 0.5:
         helper = ["def _softmax(S):", *("    " + s for s in softmax), "    return W", ""]
         body = [*(s for step in steps for s in step), "W = _softmax(S)", *output]
-        lines = helper + [head] + ["    " + s for s in body] if rng.random() < 0.5 else \
-            [head] + ["    " + s for s in body] + [""] + helper
+        lines = (
+            helper + [head] + ["    " + s for s in body]
+            if rng.random() < 0.5
+            else [head] + ["    " + s for s in body] + [""] + helper
+        )
     else:
         body = [*(s for step in steps for s in step), *softmax, *output]
         lines = [head] + ["    " + s for s in body]
@@ -193,9 +244,12 @@ def torch_solution(rng: random.Random, course: str) -> str | None:
         return None  # the stub, untouched
     if draw < 0.5:
         return COURSE_COPY + disguise(course, rng)
-    body = [*rng.choice(TORCH_PREAMBLES), *rng.choice(TORCH_SCORES),
-            *_habits(rng.choice(TORCH_MASKED), rng, TORCH_AXES, ", keepdim=True)", ").unsqueeze(-1)"),
-            *rng.choice(TORCH_OUTPUTS)]
+    body = [
+        *rng.choice(TORCH_PREAMBLES),
+        *rng.choice(TORCH_SCORES),
+        *_habits(rng.choice(TORCH_MASKED), rng, TORCH_AXES, ", keepdim=True)", ").unsqueeze(-1)"),
+        *rng.choice(TORCH_OUTPUTS),
+    ]
     lines = [f"def {TORCH}(Q, K, V, mask=None):"] + ["    " + s for s in body]
     return "\n".join(_cosmetics(_rename(lines, rng), rng)) + "\n"
 
@@ -251,8 +305,14 @@ def build(submitted: Path, n: int, rings: int, rng: random.Random) -> tuple[set[
     template = nbformat.read(RELEASED, as_version=4)
     course_torch = course_solution(TORCH)
     students = [f"s{i:04d}" for i in range(n)]
-    codes = {s: {SDPA: numpy_solution(rng), TORCH: torch_solution(rng, course_torch),
-                 JACOBIAN: jacobian_solution(rng)} for s in students}
+    codes = {
+        s: {
+            SDPA: numpy_solution(rng),
+            TORCH: torch_solution(rng, course_torch),
+            JACOBIAN: jacobian_solution(rng),
+        }
+        for s in students
+    }
     planted: set[tuple[str, str]] = set()
     pool = students[:]
     rng.shuffle(pool)
@@ -285,12 +345,22 @@ def main() -> int:
     try:
         started = time.monotonic()
         planted, copied = build(root / "submitted", args.n, args.rings, random.Random(args.seed))
-        print(f"built {args.n} submissions ({len(planted)} planted pairs in {args.rings} rings) "
-              f"in {time.monotonic() - started:.1f} s")
+        print(
+            f"built {args.n} submissions ({len(planted)} planted pairs in {args.rings} rings) "
+            f"in {time.monotonic() - started:.1f} s"
+        )
         report = root / "report"
-        command = [sys.executable, "-m", "grader", "similarity", str(root / "submitted"),
-                   "--out", str(report),
-                   "--source", str(ROOT / "solutions")]
+        command = [
+            sys.executable,
+            "-m",
+            "grader",
+            "similarity",
+            str(root / "submitted"),
+            "--out",
+            str(report),
+            "--source",
+            str(ROOT / "solutions"),
+        ]
         started = time.monotonic()
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         wall = time.monotonic() - started
@@ -307,15 +377,23 @@ def main() -> int:
         course_pairs = {f for f in flagged if f[0] == TORCH and set(f[1:]) <= copied}
         outside = {f for f in flagged if tuple(f[1:]) not in planted} - course_pairs
         per_exercise = {g: sum(1 for f in outside if f[0] == g) for g in (SDPA, TORCH, JACOBIAN)}
-        print(f"submissions: {args.n}   pairs scored: {scored:,}   wall time: {wall:.1f} s "
-              f"(whole command, start-up included)   pairs scored per second: {scored / wall:,.0f}")
-        print(f"all pairs of every exercise: {3 * args.n * (args.n - 1) // 2:,} "
-              f"({3 * args.n * (args.n - 1) // 2 / wall:,.0f} per second)")
-        print(f"planted pairs found: {len(found)} of {len(planted)} (in the NumPy exercise: "
-              f"{len(found_numpy)}); pairs of the {len(copied)} students who handed in the course's "
-              f"torch solution found: {len(course_pairs)} of {len(copied) * (len(copied) - 1) // 2}")
-        print(f"other pairs flagged: {len(outside)} (generated students who drew many of the same "
-              "idioms), by exercise: " + ", ".join(f"{g} {c}" for g, c in per_exercise.items()))
+        print(
+            f"submissions: {args.n}   pairs scored: {scored:,}   wall time: {wall:.1f} s "
+            f"(whole command, start-up included)   pairs scored per second: {scored / wall:,.0f}"
+        )
+        print(
+            f"all pairs of every exercise: {3 * args.n * (args.n - 1) // 2:,} "
+            f"({3 * args.n * (args.n - 1) // 2 / wall:,.0f} per second)"
+        )
+        print(
+            f"planted pairs found: {len(found)} of {len(planted)} (in the NumPy exercise: "
+            f"{len(found_numpy)}); pairs of the {len(copied)} students who handed in the course's "
+            f"torch solution found: {len(course_pairs)} of {len(copied) * (len(copied) - 1) // 2}"
+        )
+        print(
+            f"other pairs flagged: {len(outside)} (generated students who drew many of the same "
+            "idioms), by exercise: " + ", ".join(f"{g} {c}" for g, c in per_exercise.items())
+        )
         if args.keep:
             print(f"kept {root}")
     finally:

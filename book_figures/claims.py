@@ -116,8 +116,15 @@ def _percent(fraction: float) -> str:
     return "less than 0.1%"
 
 
-def compare(value: float, reference: float, *, larger: str = "larger", smaller: str = "smaller",
-            same: str = "about as large", within: float = 0.1) -> Comparison:
+def compare(
+    value: float,
+    reference: float,
+    *,
+    larger: str = "larger",
+    smaller: str = "smaller",
+    same: str = "about as large",
+    within: float = 0.1,
+) -> Comparison:
     """``value`` against ``reference`` (both > 0), worded as the module docstring says."""
     return Comparison(float(value), float(reference), larger, smaller, same, within)
 
@@ -153,7 +160,7 @@ class Trend:
 
     @property
     def kind(self) -> str:
-        """"flat", "grows", "falls" or "varies"."""
+        """ "flat", "grows", "falls" or "varies"."""
         v, tol = self.values, self.flat_within
         if self.spread - 1 <= tol:
             return "flat"
@@ -191,9 +198,21 @@ def trend(values: Sequence[float], *, flat_within: float = 0.2) -> Trend:
 # --- recording claims in the executed page -------------------------------------------------
 
 SAFE_NAMES: dict[str, Any] = {
-    "abs": abs, "all": all, "any": any, "len": len, "list": list, "max": max, "min": min,
-    "range": range, "round": round, "set": set, "sorted": sorted, "sum": sum, "zip": zip,
-    "True": True, "False": False,
+    "abs": abs,
+    "all": all,
+    "any": any,
+    "len": len,
+    "list": list,
+    "max": max,
+    "min": min,
+    "range": range,
+    "round": round,
+    "set": set,
+    "sorted": sorted,
+    "sum": sum,
+    "zip": zip,
+    "True": True,
+    "False": False,
 }
 
 
@@ -226,13 +245,27 @@ def say(name: str, words: Comparison | Trend, *, connector: bool = False) -> str
     """
     if isinstance(words, Comparison):
         text = words.than if connector else words.words
-        record = {"kind": "compare", "value": words.value, "reference": words.reference,
-                  "options": {"larger": words.larger, "smaller": words.smaller, "same": words.same,
-                              "within": words.within}, "connector": connector, "text": text}
+        record = {
+            "kind": "compare",
+            "value": words.value,
+            "reference": words.reference,
+            "options": {
+                "larger": words.larger,
+                "smaller": words.smaller,
+                "same": words.same,
+                "within": words.within,
+            },
+            "connector": connector,
+            "text": text,
+        }
     elif isinstance(words, Trend):
         text = words.words
-        record = {"kind": "trend", "values": list(words.values), "flat_within": words.flat_within,
-                  "text": text}
+        record = {
+            "kind": "trend",
+            "values": list(words.values),
+            "flat_within": words.flat_within,
+            "text": text,
+        }
     else:
         raise TypeError(f"say() takes a Comparison or a Trend, not {type(words).__name__}")
     glue(name, text, display=False)

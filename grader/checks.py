@@ -38,4 +38,3 @@ def check(exercise: str, learner: Any, *, seed: int = 0, **params: Any) -> None:
     """Like the learner package's ``check``, but always judged here by the reference."""
     spec = get_exercise(exercise)
     run_check(spec.case, learner, seed, params, lambda inputs, got: judge(spec, params, inputs, got))
-

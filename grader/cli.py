@@ -30,6 +30,7 @@ def _positive(kind):
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
         return value
+
     return parse
 
 
@@ -40,35 +41,64 @@ def build_parser() -> argparse.ArgumentParser:
     release = commands.add_parser("release", help="solutions/ -> chapters/ learner notebooks")
     release.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
 
-    check = commands.add_parser("check", help="run a notebook's visible tests and explain them, "
-                                              "confined as autograde confines a submission")
+    check = commands.add_parser(
+        "check",
+        help="run a notebook's visible tests and explain them, confined as autograde confines a submission",
+    )
     check.add_argument("notebook", type=Path)
-    check.add_argument("--timeout", type=_positive(float), default=120.0,
-                       help="seconds the notebook may run (default: 120)")
-    check.add_argument("--unconfined", action="store_true",
-                       help="for your own notebook only: run it in its own folder with limits but "
-                            "no confinement (see SECURITY.md)")
+    check.add_argument(
+        "--timeout", type=_positive(float), default=120.0, help="seconds the notebook may run (default: 120)"
+    )
+    check.add_argument(
+        "--unconfined",
+        action="store_true",
+        help="for your own notebook only: run it in its own folder with limits but "
+        "no confinement (see SECURITY.md)",
+    )
 
     grade = commands.add_parser("autograde", help="grade a folder of submissions")
-    grade.add_argument("submitted", type=Path, nargs="?", default=None,
-                       help="SUBMITTED/<student>/<assignment>/*.ipynb (or --watch INBOUND)")
+    grade.add_argument(
+        "submitted",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="SUBMITTED/<student>/<assignment>/*.ipynb (or --watch INBOUND)",
+    )
     grade.add_argument("--out", type=Path, required=True, help="where results go")
-    grade.add_argument("--workers", type=_positive(int), default=None,
-                       help="notebooks run at once (default: the CPU count; with --scheduler, "
-                            "the cluster's worker threads)")
-    grade.add_argument("--timeout", type=_positive(float), default=60.0,
-                       help="wall-clock seconds per submission (default 60)")
-    grade.add_argument("--source", type=Path, default=SOLUTIONS,
-                       help="nbgrader source directory (default: this course's solutions/)")
+    grade.add_argument(
+        "--workers",
+        type=_positive(int),
+        default=None,
+        help="notebooks run at once (default: the CPU count; with --scheduler, the cluster's worker threads)",
+    )
+    grade.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=60.0,
+        help="wall-clock seconds per submission (default 60)",
+    )
+    grade.add_argument(
+        "--source",
+        type=Path,
+        default=SOLUTIONS,
+        help="nbgrader source directory (default: this course's solutions/)",
+    )
     grade.add_argument("--db", default=None, help="SQLAlchemy URL (default OUT/gradebook.db)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
-    grade.add_argument("--accept-weak-isolation", action="store_true",
-                       help="grade even where submissions cannot be confined (no root and no user "
-                            "namespaces); every results.json then says so (see SECURITY.md)")
-    grade.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                       help="grade on a Dask cluster: tcp://host:8786 or tls://... (workers started "
-                            "with --preload grader.autograde.distributed), or local:N for a "
-                            "LocalCluster of N worker processes; needs the 'cluster' extra")
+    grade.add_argument(
+        "--accept-weak-isolation",
+        action="store_true",
+        help="grade even where submissions cannot be confined (no root and no user "
+        "namespaces); every results.json then says so (see SECURITY.md)",
+    )
+    grade.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="grade on a Dask cluster: tcp://host:8786 or tls://... (workers started "
+        "with --preload grader.autograde.distributed), or local:N for a "
+        "LocalCluster of N worker processes; needs the 'cluster' extra",
+    )
     from grader.course_cli import add_course_commands, add_course_options  # argparse only
 
     add_course_options(grade)
@@ -76,14 +106,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     from grader.similarity import DEFAULT_THRESHOLD  # a constant: no numpy imported here
 
-    similar = commands.add_parser("similarity", help="which submissions share their code: "
-                                  "REPORT/similarity.csv and similarity.html (evidence, not a verdict)")
+    similar = commands.add_parser(
+        "similarity",
+        help="which submissions share their code: "
+        "REPORT/similarity.csv and similarity.html (evidence, not a verdict)",
+    )
     similar.add_argument("submitted", type=Path, help="SUBMITTED/<student>/<assignment>/*.ipynb")
     similar.add_argument("--out", type=Path, required=True, metavar="REPORT", help="the report's folder")
-    similar.add_argument("--source", type=Path, default=SOLUTIONS,
-                         help="nbgrader source directory (default: this course's solutions/)")
-    similar.add_argument("--threshold", type=_fraction, default=DEFAULT_THRESHOLD,
-                         help=f"pairs scoring this or more are listed, 0 to 1 (default {DEFAULT_THRESHOLD})")
+    similar.add_argument(
+        "--source",
+        type=Path,
+        default=SOLUTIONS,
+        help="nbgrader source directory (default: this course's solutions/)",
+    )
+    similar.add_argument(
+        "--threshold",
+        type=_fraction,
+        default=DEFAULT_THRESHOLD,
+        help=f"pairs scoring this or more are listed, 0 to 1 (default {DEFAULT_THRESHOLD})",
+    )
     return parser
 
 
@@ -91,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; 0 on success, 1 when a checked notebook fails a test, 2 on bad input."""
     decline_iri_checker()
     args = build_parser().parse_args(argv)
-    command = {"release": _release, "check": _check, "autograde": _autograde,
-               "similarity": _similarity}.get(args.command) or args.course_command  # export, formgrader
+    command = {"release": _release, "check": _check, "autograde": _autograde, "similarity": _similarity}.get(
+        args.command
+    ) or args.course_command  # export, formgrader
     try:
         return command(args)
     except UsageError as exc:
@@ -120,9 +162,11 @@ def _check(args: argparse.Namespace) -> int:
     except InvalidNotebook as exc:
         raise UsageError(str(exc)) from exc
     except IsolationUnavailable as exc:
-        raise UsageError("this machine cannot confine the notebook's code (not root, and user "
-                         "namespaces are disabled); for your own notebook only, --unconfined "
-                         "runs it without confinement") from exc
+        raise UsageError(
+            "this machine cannot confine the notebook's code (not root, and user "
+            "namespaces are disabled); for your own notebook only, --unconfined "
+            "runs it without confinement"
+        ) from exc
     print(format_report(args.notebook, outcomes))
     return 0 if all(o.passed for o in outcomes) else 1
 
@@ -174,8 +218,10 @@ def _autograde(args: argparse.Namespace) -> int:
     except GradebookUnavailable as exc:  # one line: which database, and what to fix
         raise UsageError(str(exc)) from None
     except IsolationUnavailable as exc:
-        raise UsageError(f"the grading sandbox cannot start here: {exc}\n"
-                         "rerun with --accept-weak-isolation to grade without confinement") from exc
+        raise UsageError(
+            f"the grading sandbox cannot start here: {exc}\n"
+            "rerun with --accept-weak-isolation to grade without confinement"
+        ) from exc
     except (SourceError, NbgraderError) as exc:  # the source itself cannot be graded against
         raise UsageError(str(exc)) from exc
     except KeyboardInterrupt:
@@ -241,8 +287,11 @@ def _start_executor(
         server = DaskExecutor(args.scheduler, config)
     except (ImportError, OSError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        hint = ("install the 'cluster' extra: pip install -e '.[cluster]'" if isinstance(exc, ImportError)
-                else "is a Dask scheduler running at that address (dask scheduler), and reachable?")
+        hint = (
+            "install the 'cluster' extra: pip install -e '.[cluster]'"
+            if isinstance(exc, ImportError)
+            else "is a Dask scheduler running at that address (dask scheduler), and reachable?"
+        )
         raise UsageError(f"cannot use the Dask scheduler {args.scheduler}: {reason}; {hint}") from None
     # one notebook per worker thread: none waits in a worker's own queue, where a poison
     # notebook that kills the worker would take it down with it

@@ -32,49 +32,91 @@ def _port(text: str) -> int:
 
 def add_course_options(grade: argparse.ArgumentParser) -> None:
     """autograde's options for deadlines, re-runs, permissions and grading on submit."""
-    grade.add_argument("--due", default=None, metavar='"YYYY-MM-DD HH:MM[:SS] TZ"',
-                       help="the due date (written into the gradebook's assignments); default: the "
-                            "due date the gradebook's assignment has, if any")
-    grade.add_argument("--late-policy", default="none",
-                       metavar="none|zero|subtract-per-hour:P|subtract-percent-per-hour:P",
-                       help="late penalty per notebook, as nbgrader's late-submission plugins: none "
-                            "(default), zero (the notebook's score), subtract-per-hour:P (P points "
-                            "per started hour late: 1 min late is 1 hour; nbgrader's example plugin "
-                            "rounds to the nearest hour instead), subtract-percent-per-hour:P (P%% of "
-                            "the notebook's score per started hour)")
-    grade.add_argument("--retry-timeouts", action="store_true",
-                       help="grade timeouts again (by default a timeout is retried once, then kept)")
-    grade.add_argument("--group-readable", action="store_true",
-                       help="make OUT's files readable by their folder's group (a TA group)")
-    grade.add_argument("--watch", type=Path, default=None, metavar="INBOUND",
-                       help="grade each submission arriving in this nbgrader exchange inbound folder "
-                            "(<exchange>/<course>/inbound), until Ctrl-C")
-    grade.add_argument("--exchange", type=Path, default=None, metavar="ROOT",
-                       help="with --watch: the exchange root, where each submission's feedback is "
-                            "released for nbgrader fetch_feedback")
-    grade.add_argument("--max-per-hour", type=_positive_int, default=None, metavar="N",
-                       help="with --watch: grade at most N submissions of one owner (the Unix user "
-                            "owning the inbound folder) an hour; later ones wait (their feedback says so)")
+    grade.add_argument(
+        "--due",
+        default=None,
+        metavar='"YYYY-MM-DD HH:MM[:SS] TZ"',
+        help="the due date (written into the gradebook's assignments); default: the "
+        "due date the gradebook's assignment has, if any",
+    )
+    grade.add_argument(
+        "--late-policy",
+        default="none",
+        metavar="none|zero|subtract-per-hour:P|subtract-percent-per-hour:P",
+        help="late penalty per notebook, as nbgrader's late-submission plugins: none "
+        "(default), zero (the notebook's score), subtract-per-hour:P (P points "
+        "per started hour late: 1 min late is 1 hour; nbgrader's example plugin "
+        "rounds to the nearest hour instead), subtract-percent-per-hour:P (P%% of "
+        "the notebook's score per started hour)",
+    )
+    grade.add_argument(
+        "--retry-timeouts",
+        action="store_true",
+        help="grade timeouts again (by default a timeout is retried once, then kept)",
+    )
+    grade.add_argument(
+        "--group-readable",
+        action="store_true",
+        help="make OUT's files readable by their folder's group (a TA group)",
+    )
+    grade.add_argument(
+        "--watch",
+        type=Path,
+        default=None,
+        metavar="INBOUND",
+        help="grade each submission arriving in this nbgrader exchange inbound folder "
+        "(<exchange>/<course>/inbound), until Ctrl-C",
+    )
+    grade.add_argument(
+        "--exchange",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="with --watch: the exchange root, where each submission's feedback is "
+        "released for nbgrader fetch_feedback",
+    )
+    grade.add_argument(
+        "--max-per-hour",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="with --watch: grade at most N submissions of one owner (the Unix user "
+        "owning the inbound folder) an hour; later ones wait (their feedback says so)",
+    )
 
 
 def add_course_commands(commands: Any) -> None:
     """The ``export`` and ``formgrader`` subcommands."""
-    export = commands.add_parser("export", help="grades for an LMS: Canvas's or Moodle's import "
-                                                "CSV, or one wide row per student")
+    export = commands.add_parser(
+        "export", help="grades for an LMS: Canvas's or Moodle's import CSV, or one wide row per student"
+    )
     export.add_argument("out", type=Path, metavar="OUT", help="an autograde output folder")
     export.add_argument("--format", required=True, choices=["canvas", "moodle", "wide"])
-    export.add_argument("--roster", type=Path, default=None, metavar="ROSTER.csv",
-                        help="student_id plus the LMS's ids, names, emails, section")
-    export.add_argument("--missing-as-zero", action="store_true",
-                        help="a roster student without a submission scores 0 (default: left empty)")
-    export.add_argument("--db", default=None, metavar="URL",
-                        help="the gradebook's SQLAlchemy URL (default OUT/gradebook.db); its final scores "
-                             "(hand grades included, minus late penalties) are exported")
+    export.add_argument(
+        "--roster",
+        type=Path,
+        default=None,
+        metavar="ROSTER.csv",
+        help="student_id plus the LMS's ids, names, emails, section",
+    )
+    export.add_argument(
+        "--missing-as-zero",
+        action="store_true",
+        help="a roster student without a submission scores 0 (default: left empty)",
+    )
+    export.add_argument(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="the gradebook's SQLAlchemy URL (default OUT/gradebook.db); its final scores "
+        "(hand grades included, minus late penalties) are exported",
+    )
     export.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     export.set_defaults(course_command=_export)
 
-    formgrader = commands.add_parser("formgrader", help="nbgrader's formgrader on OUT (loopback only, "
-                                                        "with a token)")
+    formgrader = commands.add_parser(
+        "formgrader", help="nbgrader's formgrader on OUT (loopback only, with a token)"
+    )
     formgrader.add_argument("out", type=Path, metavar="OUT", help="an autograde output folder")
     formgrader.add_argument("--port", type=_port, default=8890, help="default 8890; 0 picks a free one")
     formgrader.set_defaults(course_command=_formgrader)
@@ -91,15 +133,20 @@ def course_grade_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.due and args.watch is None and args.submitted is not None:
         graded = graded_assignments(args.submitted, args.source)
         if len(graded) > 1:
-            raise ValueError(f"--due sets the due date of the one assignment being graded, and "
-                             f"{args.submitted} holds {len(graded)} ({', '.join(graded)}): grade one at a "
-                             "time, or give each its date in the gradebook (nbgrader db assignment add "
-                             "NAME --duedate DATE)")
+            raise ValueError(
+                f"--due sets the due date of the one assignment being graded, and "
+                f"{args.submitted} holds {len(graded)} ({', '.join(graded)}): grade one at a "
+                "time, or give each its date in the gradebook (nbgrader db assignment add "
+                "NAME --duedate DATE)"
+            )
     if (args.out / EXTENSIONS_FILE).is_file():
         read_extensions(args.out / EXTENSIONS_FILE)  # a bad table stops the run before it grades
-    return {"due": parse_due(args.due) if args.due else None,
-            "late_policy": LatePolicy.parse(args.late_policy),
-            "retry_timeouts": args.retry_timeouts, "group_readable": args.group_readable}
+    return {
+        "due": parse_due(args.due) if args.due else None,
+        "late_policy": LatePolicy.parse(args.late_policy),
+        "retry_timeouts": args.retry_timeouts,
+        "group_readable": args.group_readable,
+    }
 
 
 def graded_assignments(submitted: Path, source: Path) -> list[str]:
@@ -122,8 +169,10 @@ def exchange_course(inbound: Path, exchange: Path | None) -> tuple[str | None, P
         return None, None
     inbound, root = inbound.resolve(), exchange.resolve()
     if inbound.name != "inbound" or inbound.parent.parent != root:
-        raise ValueError(f"--watch {inbound} is not the inbound folder of a course in the exchange "
-                         f"{root} (expected ROOT/<course>/inbound)")
+        raise ValueError(
+            f"--watch {inbound} is not the inbound folder of a course in the exchange "
+            f"{root} (expected ROOT/<course>/inbound)"
+        )
     return inbound.parent.name, inbound.parent
 
 
@@ -132,8 +181,14 @@ def _export(args: argparse.Namespace) -> int:
     from grader.usage_error import UsageError
 
     try:
-        report = export(args.out, args.format, args.output, roster=args.roster,
-                        missing_as_zero=args.missing_as_zero, db_url=args.db)
+        report = export(
+            args.out,
+            args.format,
+            args.output,
+            roster=args.roster,
+            missing_as_zero=args.missing_as_zero,
+            db_url=args.db,
+        )
     except ExportError as exc:
         raise UsageError(str(exc)) from exc
     for line in report.lines():

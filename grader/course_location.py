@@ -74,8 +74,12 @@ if getattr(attention_learner, "__version__", None) != RELEASE:
 
 def documents(root: Path = ROOT) -> list[Path]:
     """The text files that may tell a reader how to install the learner package."""
-    found = [*root.glob("*.md"), *root.glob("chapters/*/*.md"), root / "learner" / "README.md",
-             root / "binder" / "requirements.txt"]
+    found = [
+        *root.glob("*.md"),
+        *root.glob("chapters/*/*.md"),
+        root / "learner" / "README.md",
+        root / "binder" / "requirements.txt",
+    ]
     return sorted(p for p in found if p.is_file())
 
 

@@ -51,8 +51,10 @@ def parse_due(text: str) -> datetime:
     offset such as ``+01:00``) as a naive UTC datetime, the gradebook's convention."""
     match = _DUE.fullmatch(text.strip())
     if not match:
-        raise DeadlineError(f"--due {text!r}: expected \"YYYY-MM-DD HH:MM[:SS] TZ\", for example "
-                            "\"2026-03-02 17:00 Europe/Berlin\" or \"2026-03-02 17:00:00 +01:00\"")
+        raise DeadlineError(
+            f'--due {text!r}: expected "YYYY-MM-DD HH:MM[:SS] TZ", for example '
+            '"2026-03-02 17:00 Europe/Berlin" or "2026-03-02 17:00:00 +01:00"'
+        )
     day, clock, zone = match.groups()
     offset = _OFFSET.fullmatch(zone)
     if offset:
@@ -62,8 +64,10 @@ def parse_due(text: str) -> datetime:
     else:
         tzinfo = dateutil_tz.gettz(zone)
         if tzinfo is None:
-            raise DeadlineError(f"--due {text!r}: unknown time zone {zone!r} (use a name such as "
-                                "Europe/Berlin or UTC, or an offset such as +01:00)")
+            raise DeadlineError(
+                f"--due {text!r}: unknown time zone {zone!r} (use a name such as "
+                "Europe/Berlin or UTC, or an offset such as +01:00)"
+            )
     try:
         local = datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=tzinfo)
     except ValueError as exc:
@@ -90,9 +94,11 @@ class LatePolicy:
                 value = -1.0
             if value > 0 and math.isfinite(value) and (name == "subtract-per-hour" or value <= 100):
                 return cls(name, value)
-        raise DeadlineError(f"--late-policy {text!r}: expected none, zero, subtract-per-hour:P (P > 0 "
-                            "points per started hour late) or subtract-percent-per-hour:P (0 < P <= 100 "
-                            "percent of the notebook's score per started hour)")
+        raise DeadlineError(
+            f"--late-policy {text!r}: expected none, zero, subtract-per-hour:P (P > 0 "
+            "points per started hour late) or subtract-percent-per-hour:P (0 < P <= 100 "
+            "percent of the notebook's score per started hour)"
+        )
 
     def __str__(self) -> str:
         if self.method.startswith("subtract-"):

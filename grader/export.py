@@ -54,11 +54,24 @@ from grader.autograde.reports import csv_cell, printable, write_csv
 from grader.export_gradebook import default_db_url, with_gradebook_scores
 
 FORMATS = ("canvas", "moodle", "wide")
-_ALIASES = {"student_id": "student_id", "student": "name", "name": "name", "full_name": "name",
-            "first_name": "first_name", "last_name": "last_name", "email": "email",
-            "email_address": "email", "section": "section", "canvas_id": "canvas_id", "id": "canvas_id",
-            "sis_user_id": "sis_user_id", "sis_login_id": "sis_login_id", "idnumber": "idnumber",
-            "id_number": "idnumber", "username": "username"}
+_ALIASES = {
+    "student_id": "student_id",
+    "student": "name",
+    "name": "name",
+    "full_name": "name",
+    "first_name": "first_name",
+    "last_name": "last_name",
+    "email": "email",
+    "email_address": "email",
+    "section": "section",
+    "canvas_id": "canvas_id",
+    "id": "canvas_id",
+    "sis_user_id": "sis_user_id",
+    "sis_login_id": "sis_login_id",
+    "idnumber": "idnumber",
+    "id_number": "idnumber",
+    "username": "username",
+}
 _CANVAS_COLUMN = re.compile(r"(?P<name>.+) \((?P<id>\d+)\)")
 
 
@@ -80,21 +93,30 @@ class ExportReport:
     warnings: list[str] = field(default_factory=list)  # results.json and the gradebook disagree
 
     def lines(self) -> list[str]:
-        lines = [f"wrote {self.path} ({self.fmt}): {self.students} students, "
-                 f"{len(self.assignments)} assignments ({', '.join(self.assignments) or 'none'})",
-                 f"scores from the gradebook {self.scores_from}" if self.scores_from else
-                 "scores from results.json: OUT has no gradebook.db (give --db URL for another gradebook)"]
+        lines = [
+            f"wrote {self.path} ({self.fmt}): {self.students} students, "
+            f"{len(self.assignments)} assignments ({', '.join(self.assignments) or 'none'})",
+            f"scores from the gradebook {self.scores_from}"
+            if self.scores_from
+            else "scores from results.json: OUT has no gradebook.db (give --db URL for another gradebook)",
+        ]
         lines += self.warnings
         for assignment, students in sorted(self.missing.items()):
             how = "scored 0 (--missing-as-zero)" if self.missing_as_zero else "left empty"
-            lines.append(f"no submission of {assignment} from {len(students)} roster students, {how}: "
-                         + _ids(students[:20]) + (" ..." if len(students) > 20 else ""))
+            lines.append(
+                f"no submission of {assignment} from {len(students)} roster students, {how}: "
+                + _ids(students[:20])
+                + (" ..." if len(students) > 20 else "")
+            )
         if self.not_on_roster:
-            lines.append(f"not on the roster, left out ({len(self.not_on_roster)}): "
-                         + _ids(self.not_on_roster))
+            lines.append(
+                f"not on the roster, left out ({len(self.not_on_roster)}): " + _ids(self.not_on_roster)
+            )
         if self.indistinct:
-            lines.append(f"left out, their ids would read the same in the file ({len(self.indistinct)}): "
-                         + _ids(self.indistinct))
+            lines.append(
+                f"left out, their ids would read the same in the file ({len(self.indistinct)}): "
+                + _ids(self.indistinct)
+            )
         return lines
 
 
@@ -102,8 +124,14 @@ def _ids(students: list[str]) -> str:
     return ", ".join(printable(s) for s in students)
 
 
-def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
-           missing_as_zero: bool = False, db_url: str | None = None) -> ExportReport:
+def export(
+    out: Path,
+    fmt: str,
+    target: Path,
+    roster: Path | None = None,
+    missing_as_zero: bool = False,
+    db_url: str | None = None,
+) -> ExportReport:
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     results = graded_results(out)
@@ -124,9 +152,16 @@ def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
     else:
         listed = {p["student_id"] for p in people}
         not_on_roster = [s for s in graded if s not in listed]
-    report = ExportReport(target, fmt, len(people), assignments, not_on_roster=not_on_roster,
-                          missing_as_zero=missing_as_zero, warnings=warnings,
-                          scores_from=_shown_url(db_url) if db_url else "")
+    report = ExportReport(
+        target,
+        fmt,
+        len(people),
+        assignments,
+        not_on_roster=not_on_roster,
+        missing_as_zero=missing_as_zero,
+        warnings=warnings,
+        scores_from=_shown_url(db_url) if db_url else "",
+    )
     for a in assignments:
         absent = [p["student_id"] for p in people if (p["student_id"], a) not in by_key]
         if absent:
@@ -139,7 +174,8 @@ def export(out: Path, fmt: str, target: Path, roster: Path | None = None,
         return _number(result["score"])
 
     header, rows = {"canvas": _canvas, "moodle": _moodle, "wide": _wide}[fmt](
-        people, assignments, results, score, canvas_ids, by_key, missing_as_zero)
+        people, assignments, results, score, canvas_ids, by_key, missing_as_zero
+    )
     rows, report.indistinct = _distinct_rows(fmt, people, rows)
     report.students = len(people) - len(report.indistinct)
     try:
@@ -165,12 +201,15 @@ def graded_results(out: Path) -> list[dict[str, Any]]:
     grades = out / "grades.csv"
     if grades.is_file():
         with open(grades, newline="", encoding="utf-8", errors="replace") as handle:
-            rows = Counter(_row_key(r.get("student_id"), r.get("assignment"), r.get("status"), r.get("score"))
-                           for r in csv.DictReader(handle))
+            rows = Counter(
+                _row_key(r.get("student_id"), r.get("assignment"), r.get("status"), r.get("score"))
+                for r in csv.DictReader(handle)
+            )
         current = []
         for r in results:  # a row stands for one record: two that would write alike need two rows
-            key = _row_key(csv_cell(r["student_id"]), csv_cell(r["assignment"]), csv_cell(r.get("status")),
-                           r["score"])
+            key = _row_key(
+                csv_cell(r["student_id"]), csv_cell(r["assignment"]), csv_cell(r.get("status")), r["score"]
+            )
             if rows[key] > 0:
                 rows[key] -= 1
                 current.append(r)
@@ -189,12 +228,13 @@ def _row_key(student: Any, assignment: Any, status: Any, score: Any) -> tuple[st
     return str(student), str(assignment), str(status), number
 
 
-def _distinct_rows(fmt: str, people: list[dict[str, str]], rows: list[list[Any]]
-                   ) -> tuple[list[list[Any]], list[str]]:
+def _distinct_rows(
+    fmt: str, people: list[dict[str, str]], rows: list[list[Any]]
+) -> tuple[list[list[Any]], list[str]]:
     """``rows`` (one per person, after Canvas's points row) less those whose identifying cells
     would read the same in the file as another's (both are left out, and returned)."""
     head = rows[:1] if fmt == "canvas" else []
-    body = rows[len(head):]
+    body = rows[len(head) :]
     columns = {"canvas": slice(1, 4), "moodle": slice(2, 3), "wide": slice(0, 1)}[fmt]
     idents = [tuple(str(csv_cell(c)) for c in row[columns]) for row in body]
     counts = Counter(ident for ident in idents if any(ident))  # no identifier at all: nothing to merge
@@ -222,8 +262,11 @@ def read_roster(path: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
     people, seen = [], set()
     for row in body:
         # the student id exactly as written (ids are folder names: a space is part of one)
-        person = {n: (row[i] if n == "student_id" else row[i].strip()) if i < len(row) else ""
-                  for i, n in enumerate(names) if n}
+        person = {
+            n: (row[i] if n == "student_id" else row[i].strip()) if i < len(row) else ""
+            for i, n in enumerate(names)
+            if n
+        }
         student = person.get("student_id", "")
         if not student or (student.strip() == "Points Possible" and not person.get("canvas_id")):
             continue  # Canvas's second row
@@ -255,10 +298,19 @@ def _canvas(people, assignments, results, score, canvas_ids, by_key, missing_as_
     rows = [["    Points Possible", "", "", "", "", *[points[a] for a in assignments]]]
     for p in people:
         # with no Canvas id at all, the student id stands for the login
-        login = p.get("sis_login_id") or ("" if p.get("canvas_id") or p.get("sis_user_id")
-                                          else p["student_id"])
-        rows.append([_display_name(p), p.get("canvas_id", ""), p.get("sis_user_id", ""), login,
-                     p.get("section", ""), *[score(p["student_id"], a) for a in assignments]])
+        login = p.get("sis_login_id") or (
+            "" if p.get("canvas_id") or p.get("sis_user_id") else p["student_id"]
+        )
+        rows.append(
+            [
+                _display_name(p),
+                p.get("canvas_id", ""),
+                p.get("sis_user_id", ""),
+                login,
+                p.get("section", ""),
+                *[score(p["student_id"], a) for a in assignments],
+            ]
+        )
     return header, rows
 
 
@@ -298,9 +350,14 @@ def _wide(people, assignments, results, score, canvas_ids, by_key, missing_as_ze
         cells += [score(p["student_id"], a) for a in assignments]
         for a in assignments:
             result = by_key.get((p["student_id"], a))
-            points = {} if result is None else {
-                (t["grade_id"] if t["notebook"] == a else f"{t['notebook']}:{t['grade_id']}"): t["points"]
-                for t in result.get("tests", [])}
+            points = (
+                {}
+                if result is None
+                else {
+                    (t["grade_id"] if t["notebook"] == a else f"{t['notebook']}:{t['grade_id']}"): t["points"]
+                    for t in result.get("tests", [])
+                }
+            )
             if result is not None:
                 points["penalty"] = result.get("penalty") or 0
             empty = 0 if result is None and missing_as_zero else ""

@@ -29,8 +29,9 @@ def default_db_url(out: Path) -> str | None:
     return f"sqlite:///{path.resolve()}" if path.is_file() else None
 
 
-def with_gradebook_scores(results: list[dict[str, Any]], db_url: str
-                          ) -> tuple[list[dict[str, Any]], list[str]]:
+def with_gradebook_scores(
+    results: list[dict[str, Any]], db_url: str
+) -> tuple[list[dict[str, Any]], list[str]]:
     """``results`` with score, raw_score, penalty, max_score and each test's points from the
     gradebook at ``db_url``, and one warning line per disagreement.
 
@@ -48,23 +49,32 @@ def with_gradebook_scores(results: list[dict[str, Any]], db_url: str
             try:
                 submission = gradebook.find_submission(record["assignment"], record["student_id"])
             except MissingEntry:
-                warnings.append(f"warning: {name} is not in the gradebook; exported its results.json "
-                                f"score {_shown(record['score'])}")
+                warnings.append(
+                    f"warning: {name} is not in the gradebook; exported its results.json "
+                    f"score {_shown(record['score'])}"
+                )
                 merged.append(record)
                 continue
             final = _final(submission)
             if abs(final["score"] - float(record["score"])) > TOLERANCE:
-                warnings.append(f"warning: {name}: the gradebook says {_shown(final['score'])}, its "
-                                f"results.json {_shown(record['score'])} (graded by hand or re-penalised "
-                                "since); exported the gradebook's")
+                warnings.append(
+                    f"warning: {name}: the gradebook says {_shown(final['score'])}, its "
+                    f"results.json {_shown(record['score'])} (graded by hand or re-penalised "
+                    "since); exported the gradebook's"
+                )
             merged.append({**record, **final, "tests": _tests(record, submission)})
         known = {(r["student_id"], r["assignment"]) for r in results}
-        extra = sorted((s.student_id, s.assignment.name) for a in gradebook.assignments
-                       for s in a.submissions if (s.student_id, s.assignment.name) not in known)
+        extra = sorted(
+            (s.student_id, s.assignment.name)
+            for a in gradebook.assignments
+            for s in a.submissions
+            if (s.student_id, s.assignment.name) not in known
+        )
         if extra:
             named = ", ".join(f"{printable(s)}/{printable(a)}" for s, a in extra)
-            warnings.append(f"warning: in the gradebook but with no results.json in OUT, left out "
-                            f"({len(extra)}): {named}")
+            warnings.append(
+                f"warning: in the gradebook but with no results.json in OUT, left out ({len(extra)}): {named}"
+            )
         return merged, warnings
     finally:
         gradebook.close()
@@ -73,8 +83,12 @@ def with_gradebook_scores(results: list[dict[str, Any]], db_url: str
 def _final(submission: Any) -> dict[str, float]:
     raw = float(submission.score or 0.0)
     penalty = float(submission.late_submission_penalty or 0.0)
-    return {"raw_score": raw, "penalty": penalty, "score": max(0.0, raw - penalty),
-            "max_score": float(submission.max_score or 0.0)}
+    return {
+        "raw_score": raw,
+        "penalty": penalty,
+        "score": max(0.0, raw - penalty),
+        "max_score": float(submission.max_score or 0.0),
+    }
 
 
 def _tests(record: dict[str, Any], submission: Any) -> list[dict[str, Any]]:
@@ -86,8 +100,14 @@ def _tests(record: dict[str, Any], submission: Any) -> list[dict[str, Any]]:
         grade = grades.pop((test["notebook"], test["grade_id"]), None)
         tests.append(test if grade is None else {**test, "points": float(grade.score or 0.0)})
     for (notebook, grade_id), grade in sorted(grades.items()):
-        tests.append({"notebook": notebook, "grade_id": grade_id, "points": float(grade.score or 0.0),
-                      "max_points": float(grade.max_score or 0.0)})
+        tests.append(
+            {
+                "notebook": notebook,
+                "grade_id": grade_id,
+                "points": float(grade.score or 0.0),
+                "max_points": float(grade.max_score or 0.0),
+            }
+        )
     return tests
 
 

@@ -51,12 +51,21 @@ def free_port() -> int:
 def server_command(out: Path, port: int) -> list[str]:
     """The Jupyter server of ``grader/formgrader_server.py`` in OUT, on loopback: nbgrader's
     formgrader with the routes manual grading needs, no other service, a strict CSP."""
-    return [sys.executable, "-m", "grader.formgrader_server", f"--ServerApp.root_dir={out}",
-            f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-            "--ServerApp.open_browser=False", "--ServerApp.allow_remote_access=False",
-            "--ServerApp.default_url=/formgrader", "--ServerApp.terminals_enabled=False",
-            # as root (a container), Jupyter asks for this; loopback and the token still hold
-            *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])]
+    return [
+        sys.executable,
+        "-m",
+        "grader.formgrader_server",
+        f"--ServerApp.root_dir={out}",
+        f"--ServerApp.ip={HOST}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.open_browser=False",
+        "--ServerApp.allow_remote_access=False",
+        "--ServerApp.default_url=/formgrader",
+        "--ServerApp.terminals_enabled=False",
+        # as root (a container), Jupyter asks for this; loopback and the token still hold
+        *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else []),
+    ]
 
 
 def start(out: Path, port: int = 0) -> tuple[subprocess.Popen, str, str]:
@@ -64,8 +73,10 @@ def start(out: Path, port: int = 0) -> tuple[subprocess.Popen, str, str]:
     stops it (:func:`stop`)."""
     out = out.resolve()
     if not (out / CONFIG).is_file():
-        raise FormgraderError(f"{out} is not an autograde output folder (it has no {CONFIG}): "
-                              "run python -m grader autograde SUBMITTED --out OUT first")
+        raise FormgraderError(
+            f"{out} is not an autograde output folder (it has no {CONFIG}): "
+            "run python -m grader autograde SUBMITTED --out OUT first"
+        )
     port = port or free_port()
     token = secrets.token_hex(24)
     env = dict(os.environ, JUPYTER_TOKEN=token)
@@ -79,8 +90,10 @@ def start(out: Path, port: int = 0) -> tuple[subprocess.Popen, str, str]:
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise FormgraderError(f"the Jupyter server stopped at once (exit status {process.returncode}, "
-                                  f"its messages are above); is port {port} in use?")
+            raise FormgraderError(
+                f"the Jupyter server stopped at once (exit status {process.returncode}, "
+                f"its messages are above); is port {port} in use?"
+            )
         try:
             with urllib.request.urlopen(f"{base}/formgrader/api/status?token={token}", timeout=2):
                 return process, f"{base}/formgrader?token={token}", token

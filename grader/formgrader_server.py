@@ -83,9 +83,11 @@ _HANDLER = re.compile(rb'\son[a-zA-Z]+="([^"{}]*)"')
 # formgrade.js waits for MathJax 2, which nbconvert's template loads from a CDN: a local
 # stand-in with the calls formgrade.js makes, which typesets nothing (formulas stay TeX)
 _MATHJAX_CDN = re.compile(rb'src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"')
-MATHJAX_SHIM = ("window.MathJax = {Hub: {Config: function () {}, Queue: function () {},\n"
-                "  Startup: {signal: {Interest: function (f) {\n"
-                "    setTimeout(function () { f('End'); }, 0); }}}}};\n")
+MATHJAX_SHIM = (
+    "window.MathJax = {Hub: {Config: function () {}, Queue: function () {},\n"
+    "  Startup: {signal: {Interest: function (f) {\n"
+    "    setTimeout(function () { f('End'); }, 0); }}}}};\n"
+)
 _state = {"shim": "/formgrader/guard/mathjax.js"}
 
 
@@ -125,11 +127,13 @@ def policy(body: bytes) -> str:
         if b"src=" not in attrs.lower() and allowed_script(script.decode("utf-8", "replace")):
             allowed.append(_sha256(script))
     hashes = " ".join(sorted(set(allowed)) + sorted(_sha256(h.encode()) for h in _HANDLERS))
-    return ("default-src 'none'; "
-            f"script-src 'self' 'unsafe-hashes' {hashes}; "
-            "style-src 'self' 'unsafe-inline'; img-src data:; font-src 'self' data:; "
-            "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'; "
-            "object-src 'none'; frame-src 'none'; worker-src 'none'; manifest-src 'none'")
+    return (
+        "default-src 'none'; "
+        f"script-src 'self' 'unsafe-hashes' {hashes}; "
+        "style-src 'self' 'unsafe-inline'; img-src data:; font-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'; "
+        "object-src 'none'; frame-src 'none'; worker-src 'none'; manifest-src 'none'"
+    )
 
 
 class PolicyTransform(web.OutputTransform):

@@ -72,15 +72,17 @@ def user_name(uid: int) -> str | None:
 
 
 def claim_problem(arrival: Arrival) -> str:
-    """"" when the folder's owner may hand in as the student it names, else the flag."""
+    """ "" when the folder's owner may hand in as the student it names, else the flag."""
     if arrival.uid in trusted_uids():
         return ""
     name = user_name(arrival.uid)
     if name == arrival.student:
         return ""
     owner = f"unix user {name!r} (uid {arrival.uid})" if name else f"uid {arrival.uid} (no user name)"
-    return (f"a submission claiming to be {arrival.student!r}'s ({arrival.folder.name}) is owned by "
-            f"{owner}: not graded, this student's grade kept")
+    return (
+        f"a submission claiming to be {arrival.student!r}'s ({arrival.folder.name}) is owned by "
+        f"{owner}: not graded, this student's grade kept"
+    )
 
 
 def parse_inbound_name(name: str) -> tuple[str, str, datetime] | None:
@@ -161,8 +163,9 @@ def _judge(top: int, inbound: Path, name: str, assignments: set[str]) -> Arrival
         return None
     # complete when its secret was written (nbgrader submit's last file) or the folder moved
     # in, whichever came last: ctimes, the kernel's clock, which no student can set back
-    return Arrival(inbound / name, *parsed, st.st_uid, (st.st_dev, st.st_ino),
-                   max(st.st_ctime, secret.st_ctime))
+    return Arrival(
+        inbound / name, *parsed, st.st_uid, (st.st_dev, st.st_ino), max(st.st_ctime, secret.st_ctime)
+    )
 
 
 @contextmanager

@@ -51,8 +51,12 @@ def assignments(source: Path = SOLUTIONS) -> list[str]:
     return sorted(p.parent.name for p in source.glob("*/*.ipynb") if p.stem == p.parent.name)
 
 
-def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Path = CHAPTERS,
-            say: Callable[[str], None] = print) -> list[Path]:
+def release(
+    names: list[str] | None = None,
+    source: Path = SOLUTIONS,
+    target: Path = CHAPTERS,
+    say: Callable[[str], None] = print,
+) -> list[Path]:
     """Generate the learner notebooks of ``names`` (default: all), copy them to ``target``, and
     write the expected values of their visible checks; returns the files written. ``say``
     gets one line per assignment: what was written, and how long it took."""
@@ -74,8 +78,10 @@ def release(names: list[str] | None = None, source: Path = SOLUTIONS, target: Pa
                 written.append(destination)
             data = write_expected_data([name], source)
             written += data
-            say(f"{name}: learner notebook {'written' if rewritten else 'up to date'}, "
-                f"{len(data)} expected-data files written, in {time.monotonic() - start:.1f} s")
+            say(
+                f"{name}: learner notebook {'written' if rewritten else 'up to date'}, "
+                f"{len(data)} expected-data files written, in {time.monotonic() - start:.1f} s"
+            )
     return written
 
 
@@ -97,7 +103,7 @@ def with_rules(text: str, exercises: list[str]) -> str:
     block = rule_table.rules_text([r for ex in exercises for r in rule_table.exercise_rules(ex)])
     begin, end = text.find(rule_table.BEGIN), text.find(rule_table.END)
     if begin >= 0 and end > begin:
-        return text[:begin] + block + text[end + len(rule_table.END):]
+        return text[:begin] + block + text[end + len(rule_table.END) :]
     return text.rstrip("\n") + "\n\n" + block
 
 

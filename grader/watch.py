@@ -90,14 +90,29 @@ class WatchState:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             data = {}
-        return cls(path, dict(data.get("graded", {})), {k: list(v) for k, v in data.get("times", {}).items()},
-                   dict(data.get("noticed", {})), dict(data.get("refused", {})),
-                   {k: list(v) for k, v in data.get("flags", {}).items()})
+        return cls(
+            path,
+            dict(data.get("graded", {})),
+            {k: list(v) for k, v in data.get("times", {}).items()},
+            dict(data.get("noticed", {})),
+            dict(data.get("refused", {})),
+            {k: list(v) for k, v in data.get("flags", {}).items()},
+        )
 
     def save(self) -> None:
-        write_atomically(self.path, json.dumps({"graded": self.graded, "times": self.times,
-                                                "noticed": self.noticed, "refused": self.refused,
-                                                "flags": self.flags}, indent=1))
+        write_atomically(
+            self.path,
+            json.dumps(
+                {
+                    "graded": self.graded,
+                    "times": self.times,
+                    "noticed": self.noticed,
+                    "refused": self.refused,
+                    "flags": self.flags,
+                },
+                indent=1,
+            ),
+        )
 
     def recent(self, who: str, now: float) -> list[float]:
         self.times[who] = [t for t in self.times.get(who, []) if now - t < HOUR]
@@ -204,12 +219,21 @@ class Watcher:
                 secret, notebooks = inbound.read_secret(fd), inbound.notebook_names(fd)
         except OSError:
             return
-        message = (f"Your submission of {arrival.submitted_at:%Y-%m-%d %H:%M:%S} UTC is waiting to be "
-                   f"graded: at most {self.max_per_hour} of your submissions are graded in any hour. It "
-                   f"will be graded after {until} (or your newest submission then, if you submit again). "
-                   "Until then, fetch_feedback shows this note.")
-        page = feedback_html({"student_id": arrival.student, "assignment": arrival.assignment,
-                              "status": "waiting", "tests": []}, queued=message)
+        message = (
+            f"Your submission of {arrival.submitted_at:%Y-%m-%d %H:%M:%S} UTC is waiting to be "
+            f"graded: at most {self.max_per_hour} of your submissions are graded in any hour. It "
+            f"will be graded after {until} (or your newest submission then, if you submit again). "
+            "Until then, fetch_feedback shows this note."
+        )
+        page = feedback_html(
+            {
+                "student_id": arrival.student,
+                "assignment": arrival.assignment,
+                "status": "waiting",
+                "tests": [],
+            },
+            queued=message,
+        )
         for notebook in notebooks:
             release_page(self.exchange_course, secret, notebook, page)
 
@@ -241,8 +265,10 @@ class Watcher:
             del self.flights[arrival.key]
             self.failed[arrival.folder.name] = time.time()
             shutil.rmtree(folder, ignore_errors=True)
-            log(f"could not grade {arrival.folder.name}: {type(exc).__name__}: {exc} "
-                f"(retried in {RETRY_SECONDS:.0f} s)")
+            log(
+                f"could not grade {arrival.folder.name}: {type(exc).__name__}: {exc} "
+                f"(retried in {RETRY_SECONDS:.0f} s)"
+            )
             return
         if not any(f"{s.student}+{s.assignment}" == arrival.key for s in queued):
             self.finish(arrival.key)  # nothing to run (invalid, or unchanged): done already
@@ -270,8 +296,10 @@ class Watcher:
         self.state.save()
         shutil.rmtree(flight.folder, ignore_errors=True)
         waited = time.time() - arrival.arrived_at
-        log(f"{key}: {_outcome(self.out, arrival)} (feedback {waited:.2f} s after it arrived"
-            f"{'' if graded else ', unchanged'})")
+        log(
+            f"{key}: {_outcome(self.out, arrival)} (feedback {waited:.2f} s after it arrived"
+            f"{'' if graded else ', unchanged'})"
+        )
 
     @staticmethod
     def _copy(arrival: Arrival, copy: Path, problems: dict[tuple[str, str], str]) -> list[str]:
@@ -282,18 +310,22 @@ class Watcher:
         permissions.make_folders(copy)
         if walk.problem:
             problems[(arrival.student, arrival.assignment)] = walk.problem.replace(
-                "the folder", "the submission folder", 1)
+                "the folder", "the submission folder", 1
+            )
             return []
         if any(f.relative == Path(TIMESTAMP) for f in walk.files):
             return []
         stamp = datetime.fromtimestamp(arrival.arrived_at, UTC)
         (copy / TIMESTAMP).write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC"), encoding="utf-8")
-        return [f"no regular {TIMESTAMP} was handed in: the time the submission arrived "
-                f"({stamp:%Y-%m-%d %H:%M:%S} UTC, the server's clock) was used"]
+        return [
+            f"no regular {TIMESTAMP} was handed in: the time the submission arrived "
+            f"({stamp:%Y-%m-%d %H:%M:%S} UTC, the server's clock) was used"
+        ]
 
 
-def _keep_flags(out: Path, arrival: Arrival, flags: list[str], *, refused: str = "",
-                notes: list[str] = ()) -> None:
+def _keep_flags(
+    out: Path, arrival: Arrival, flags: list[str], *, refused: str = "", notes: list[str] = ()
+) -> None:
     """Add ``flags`` and ``notes`` (each once) and ``arrived_at`` to the claimed student's
     results.json, keeping everything else; with ``refused`` and no results.json yet, write
     an ``invalid`` one that says why nothing was graded."""
@@ -303,9 +335,18 @@ def _keep_flags(out: Path, arrival: Arrival, flags: list[str], *, refused: str =
     except (OSError, ValueError):
         if not refused:
             return
-        result = {"student_id": arrival.student, "assignment": arrival.assignment, "score": 0.0,
-                  "max_score": 0.0, "status": "invalid", "message": refused, "flags": [], "notes": [],
-                  "tests": [], "fingerprint": ""}
+        result = {
+            "student_id": arrival.student,
+            "assignment": arrival.assignment,
+            "score": 0.0,
+            "max_score": 0.0,
+            "status": "invalid",
+            "message": refused,
+            "flags": [],
+            "notes": [],
+            "tests": [],
+            "fingerprint": "",
+        }
         permissions.make_folders(path.parent)
     else:
         if refused:  # the student's own grade: only the flag is added
@@ -340,8 +381,17 @@ def _interrupt(signum: int, frame: object) -> None:
     signal.raise_signal(signal.SIGINT)  # SIGTERM (a service manager) stops it as Ctrl-C does
 
 
-def watch(inbound: Path, out: Path, source: Path, *, options: GradeOptions, server: Executor, work: Path,
-          exchange: Path | None = None, max_per_hour: int | None = None) -> int:
+def watch(
+    inbound: Path,
+    out: Path,
+    source: Path,
+    *,
+    options: GradeOptions,
+    server: Executor,
+    work: Path,
+    exchange: Path | None = None,
+    max_per_hour: int | None = None,
+) -> int:
     """Grade INBOUND's arrivals until interrupted; 0 when stopped by Ctrl-C or SIGTERM."""
     course, course_folder = exchange_course(inbound, exchange)
     previous = signal.signal(signal.SIGTERM, _interrupt)

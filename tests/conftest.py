@@ -86,19 +86,13 @@ def built_book(tmp_path_factory) -> Path:
         str(ROOT),
     ]
     started = time.perf_counter()
-    result = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False
-    )
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
     elapsed = time.perf_counter() - started
     log = result.stdout + result.stderr
     (out / "build.log").write_text(log, encoding="utf-8")
-    assert result.returncode == 0, (
-        f"jupyter-book build failed after {elapsed:.0f} s:\n{log[-6000:]}"
-    )
+    assert result.returncode == 0, f"jupyter-book build failed after {elapsed:.0f} s:\n{log[-6000:]}"
     warnings = [
-        line
-        for line in log.splitlines()
-        if "WARNING" in line and KERNEL_TRANSPORT_NOTICE not in line
+        line for line in log.splitlines() if "WARNING" in line and KERNEL_TRANSPORT_NOTICE not in line
     ]
     assert not warnings, "the book built with warnings:\n" + "\n".join(warnings)
     html_dir = out / "_build" / "html"

@@ -39,8 +39,11 @@ def grade_id(cell: NotebookNode) -> str | None:
 def solved_notebook(assignment: str) -> NotebookNode:
     """The learner's notebook with every solution cell filled in from the source (no hidden tests)."""
     learner = learner_notebook(assignment)
-    solved = {grade_id(c): c.source for c in source_notebook(assignment).cells
-              if c.metadata.get("nbgrader", {}).get("solution")}
+    solved = {
+        grade_id(c): c.source
+        for c in source_notebook(assignment).cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
     for cell in learner.cells:
         if grade_id(cell) in solved:
             cell.source = solved[grade_id(cell)]

@@ -72,16 +72,17 @@ def _as_server_user(command: list[str]) -> list[str]:
     setpriv = shutil.which("setpriv")
     if setpriv:
         user = pwd.getpwnam("postgres")
-        return [setpriv, f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
-                *command]
+        return [setpriv, f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", *command]
     raise RuntimeError("running as root, and neither runuser nor setpriv is installed")
 
 
 def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     done = subprocess.run(_as_server_user(command), capture_output=True, text=True, **kwargs)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
-                           f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"{' '.join(command)} exited with {done.returncode}:\n"
+            f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
     return done
 
 
@@ -116,14 +117,37 @@ class PostgresServer:
             os.chown(folder, user.pw_uid, user.pw_gid)
         folder.chmod(0o700)
         server = cls(bin_dir, folder, free_port(), secrets.token_hex(16))
-        _run([str(bin_dir / "initdb"), "-D", str(server.data), "--auth-local=peer",
-              "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"],
-             cwd=folder)
+        _run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(server.data),
+                "--auth-local=peer",
+                "--auth-host=scram-sha-256",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+            ],
+            cwd=folder,
+        )
         for attempt in range(3):  # the port may be taken between free_port() and the bind
             options = f"-k {folder} -h 127.0.0.1 -p {server.port} -c fsync=off"
             try:
-                _run([str(bin_dir / "pg_ctl"), "-D", str(server.data), "-l", str(folder / "log"),
-                      "-o", options, "-w", "-t", "60", "start"], cwd=folder)
+                _run(
+                    [
+                        str(bin_dir / "pg_ctl"),
+                        "-D",
+                        str(server.data),
+                        "-l",
+                        str(folder / "log"),
+                        "-o",
+                        options,
+                        "-w",
+                        "-t",
+                        "60",
+                        "start",
+                    ],
+                    cwd=folder,
+                )
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -135,15 +159,30 @@ class PostgresServer:
 
     def psql(self, sql: str) -> str:
         """Run one statement as the cluster's superuser, through the socket (peer authentication)."""
-        command = [str(self.bin_dir / "psql"), "-h", str(self.folder), "-p", str(self.port),
-                   "-U", server_user(), "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-Atc", sql]
+        command = [
+            str(self.bin_dir / "psql"),
+            "-h",
+            str(self.folder),
+            "-p",
+            str(self.port),
+            "-U",
+            server_user(),
+            "-d",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atc",
+            sql,
+        ]
         return _run(command, cwd=self.folder).stdout
 
     def stop(self) -> None:
         """pg_ctl stop (fast: running sessions are cut), then remove the folder."""
         try:
-            _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
-                 cwd=self.folder)
+            _run(
+                [str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
+                cwd=self.folder,
+            )
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
 

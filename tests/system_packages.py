@@ -33,10 +33,17 @@ class Group:
 
 
 GROUPS = (
-    Group(BROWSER_MISSING, "browser tests", "Chromium and chromedriver are missing; "
-          "install them with: sudo apt-get install chromium chromium-driver"),
-    Group(POSTGRES_MISSING, "PostgreSQL tests", "PostgreSQL is missing; "
-          "install it with: sudo apt-get install postgresql"),
+    Group(
+        BROWSER_MISSING,
+        "browser tests",
+        "Chromium and chromedriver are missing; "
+        "install them with: sudo apt-get install chromium chromium-driver",
+    ),
+    Group(
+        POSTGRES_MISSING,
+        "PostgreSQL tests",
+        "PostgreSQL is missing; install it with: sudo apt-get install postgresql",
+    ),
 )
 
 
@@ -57,8 +64,4 @@ def summary_lines(skipped_reports: Iterable) -> list[str]:
             if group.reason in reason:
                 counts[group] += 1
                 break
-    return [
-        f"SKIPPED {count} {group.tests}: {group.advice}"
-        for group, count in counts.items()
-        if count
-    ]
+    return [f"SKIPPED {count} {group.tests}: {group.advice}" for group, count in counts.items() if count]

@@ -65,10 +65,7 @@ def test_every_toc_page_has_an_html_file(built_book):
 
 def cell_sources(notebook: Path) -> list[str]:
     data = json.loads(notebook.read_text(encoding="utf-8"))
-    return [
-        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-        for c in data["cells"]
-    ]
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in data["cells"]]
 
 
 def marked_blocks(source: str) -> list[str]:
@@ -292,8 +289,7 @@ def test_every_chapter_has_objectives_and_a_summary(built_book):
     chapters = sorted({f.split("/")[1] for f in toc_files() if f.startswith("chapters/")})
     for assignment in chapters:
         texts = " ".join(
-            (built_book / f"{p}.html").read_text(encoding="utf-8")
-            for p in chapter_pages(assignment)
+            (built_book / f"{p}.html").read_text(encoding="utf-8") for p in chapter_pages(assignment)
         )
         assert "Learning objectives" in texts, f"{assignment}: no learning objectives"
         first = (built_book / f"{chapter_pages(assignment)[0]}.html").read_text(encoding="utf-8")
@@ -330,9 +326,7 @@ def test_every_declared_figure_is_an_image_on_its_page(built_book):
         declared = [c for c in notebook["cells"] if c["cell_type"] == "code" and declared_figure(c)]
         text = (built_book / f"{page}.html").read_text(encoding="utf-8")
         shown = [f for f in re.findall(r"<figure[^>]*>(.*?)</figure>", text, re.S) if "<img" in f]
-        assert len(shown) >= len(declared), (
-            f"{page}: {len(declared)} figures declared, {len(shown)} shown"
-        )
+        assert len(shown) >= len(declared), f"{page}: {len(declared)} figures declared, {len(shown)} shown"
         for cell in declared:
             name = declared_figure(cell)["name"]
             assert re.search(rf'<figure[^>]*id="{re.escape(name)}"[^>]*>.*?<img', text, re.S), (

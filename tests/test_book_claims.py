@@ -95,7 +95,7 @@ def test_the_text_extraction_reads_what_a_reader_reads(tmp_path):
     page = tmp_path / "p.html"
     page.write_text(
         "<html><script>x = 'no'</script><p>the raw gradient is <span class=\"pasted-text\">7.8 times"
-        "</span>\n larger &amp; attention&#8217;s</p><img src=\"a.png\" alt=\"a line that grows\"/></html>",
+        '</span>\n larger &amp; attention&#8217;s</p><img src="a.png" alt="a line that grows"/></html>',
         encoding="utf-8",
     )
     assert page_text(page).strip() == "the raw gradient is 7.8 times larger & attention's a line that grows"

@@ -258,7 +258,7 @@ def _broken_links(links: list[str], page_url: str, base: str, html_dir: Path) ->
         if not link.startswith(base):
             continue  # external: not checked here (the build must not need the network)
         parsed = urlparse(link)
-        target = html_dir / unquote(parsed.path[len(urlparse(base).path):])
+        target = html_dir / unquote(parsed.path[len(urlparse(base).path) :])
         if target.is_dir():
             target = target / "index.html"
         if not target.is_file():
@@ -294,13 +294,15 @@ def small_figure_text(images: list[dict], base: str, html_dir: Path) -> list[str
     for image in images:
         if not image["inFigure"] or not image["url"].startswith(base):
             continue
-        png = html_dir / unquote(urlparse(image["url"]).path[len(urlparse(base).path):])
+        png = html_dir / unquote(urlparse(image["url"]).path[len(urlparse(base).path) :])
         size = figure_text_pt(png, image["natural"], image["displayed"])
         if size is None:
             problems.append(f"figure {image['src']} does not record its smallest text size")
         elif size < MIN_FIGURE_PT:
-            problems.append(f"figure {image['src']}: its smallest text is {size:.1f} pt as shown "
-                            f"({image['displayed']:.0f} px of {image['natural']} px)")
+            problems.append(
+                f"figure {image['src']}: its smallest text is {size:.1f} pt as shown "
+                f"({image['displayed']:.0f} px of {image['natural']} px)"
+            )
     return problems
 
 
@@ -322,10 +324,9 @@ def inspect(driver, url: str, html_dir: Path, base: str, page: str, width_name: 
     if seen["mathErrors"]:
         problems.append(f"{seen['mathErrors']} MathJax errors")
     text = seen["text"]
-    for name, pattern in (("raw TeX", RAW_MATH), ("raw pipe table", RAW_TABLE),
-                          ("raw MyST", RAW_MYST)):
+    for name, pattern in (("raw TeX", RAW_MATH), ("raw pipe table", RAW_TABLE), ("raw MyST", RAW_MYST)):
         for match in list(pattern.finditer(text))[:3]:
-            context = text[max(0, match.start() - 40): match.end() + 40].replace("\n", " ")
+            context = text[max(0, match.start() - 40) : match.end() + 40].replace("\n", " ")
             problems.append(f"{name}: ...{context}...")
     if width_name == "phone":
         if seen["pageWidth"] > seen["viewport"] + 1:
@@ -383,9 +384,11 @@ def test_the_inspection_sees_defects(browser, book_url, tmp_path):
     assert seen["clippedWithoutCue"] == []  # nothing here scrolls: the page itself overflows
 
     # a wide table in a scroll box: cut off without the cue, accepted with it
-    cue = ("background: linear-gradient(to right, #fff 30%, transparent) left center / 2.5em 100% "
-           "no-repeat local, radial-gradient(farthest-side at 0 50%, #0004, transparent) left center "
-           "/ 0.9em 100% no-repeat scroll;")
+    cue = (
+        "background: linear-gradient(to right, #fff 30%, transparent) left center / 2.5em 100% "
+        "no-repeat local, radial-gradient(farthest-side at 0 50%, #0004, transparent) left center "
+        "/ 0.9em 100% no-repeat scroll;"
+    )
     cut = tmp_path / "cut.html"
     cut.write_text(
         "<html><body><article class='bd-article'>"
@@ -408,10 +411,13 @@ def test_the_inspection_sees_defects(browser, book_url, tmp_path):
     (tmp_path / "small.png").write_bytes(png)
     fig.savefig(tmp_path / "silent.png")
     figures = tmp_path / "figures.html"
-    figures.write_text(f"<html><body><figure><img src='small.png' width='{shown['width']}' "
-                       "alt='a figure with small print'>"
-                       "</figure><figure><img src='silent.png' alt='a figure without its record'>"
-                       "</figure></body></html>", encoding="utf-8")
+    figures.write_text(
+        f"<html><body><figure><img src='small.png' width='{shown['width']}' "
+        "alt='a figure with small print'>"
+        "</figure><figure><img src='silent.png' alt='a figure without its record'>"
+        "</figure></body></html>",
+        encoding="utf-8",
+    )
     browser.get(figures.as_uri())
     seen = json.loads(browser.execute_script(INSPECT_PAGE))
     problems = small_figure_text(seen["images"], tmp_path.as_uri() + "/", tmp_path)

@@ -57,8 +57,11 @@ def model_notes(exercise: str) -> str:
 def notebook_checks(assignment: str, exercise: str) -> list[tuple[str, int, dict]]:
     """(case name, seed, params) of every check(...) call on ``exercise`` in the source's test
     cells, hidden ones included, of the cases that have hints."""
-    return [(name, seed, params) for name, seed, params in all_notebook_checks(assignment)
-            if name.split("__")[0] == exercise and get_case(name).hints is not None]
+    return [
+        (name, seed, params)
+        for name, seed, params in all_notebook_checks(assignment)
+        if name.split("__")[0] == exercise and get_case(name).hints is not None
+    ]
 
 
 def defined(code: str, exercise: str):
@@ -77,8 +80,9 @@ def outputs(case_name: str, learner, seed: int, params: dict):
     torch.set_default_dtype(torch.float64)
     try:
         with np.errstate(all="ignore"):
-            got = get_case(case_name).call(learner, {k: v.copy() if isinstance(v, np.ndarray) else v
-                                                      for k, v in inputs.items()})
+            got = get_case(case_name).call(
+                learner, {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+            )
     except Exception:
         got = None
     finally:
@@ -88,9 +92,15 @@ def outputs(case_name: str, learner, seed: int, params: dict):
 
 def same(a: dict | None, b: dict | None, case_name: str) -> bool:
     case = get_case(case_name)
-    return a is not None and b is not None and a.keys() == b.keys() and all(
-        a[k].shape == b[k].shape and np.allclose(a[k], b[k], atol=case.atol, rtol=case.rtol, equal_nan=True)
-        for k in a
+    return (
+        a is not None
+        and b is not None
+        and a.keys() == b.keys()
+        and all(
+            a[k].shape == b[k].shape
+            and np.allclose(a[k], b[k], atol=case.atol, rtol=case.rtol, equal_nan=True)
+            for k in a
+        )
     )
 
 
@@ -107,8 +117,9 @@ def test_a_note_is_given_only_where_its_bug_model_explains_the_output(exercise):
     owner = {b.expect: b.name for b in bugs if b.expect}
     shown: dict[str, set[str]] = {name: set() for name in runs}
     for case_name, seed, params in notebook_checks(assignment, exercise):
-        produced = {name: outputs(case_name, defined(code, exercise), seed, params)
-                    for name, code in runs.items()}
+        produced = {
+            name: outputs(case_name, defined(code, exercise), seed, params) for name, code in runs.items()
+        }
         for name, (inputs, expected, got) in produced.items():
             if got is None:
                 continue
@@ -160,8 +171,9 @@ def naming(chapter: str) -> tuple[list[str], list[str], list[str]]:
         for failure in failures:  # a message naming another bug and not this one misleads
             if bug.told and bug.told in failure:
                 continue  # both named: the two bugs' outputs coincide on this case
-            others += [f"{bug.exercise}/{bug.name}: told {m.group(1)!r}"
-                       for m in LOOKS_LIKE.finditer(failure + "\n")]
+            others += [
+                f"{bug.exercise}/{bug.name}: told {m.group(1)!r}" for m in LOOKS_LIKE.finditer(failure + "\n")
+            ]
     return caught, named, others
 
 

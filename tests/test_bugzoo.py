@@ -24,8 +24,9 @@ def _cases():
         module = importlib.import_module(f"tests.bugzoo.{info.name}")
         mark = getattr(pytest.mark, info.name[:4])
         for bug in module.BUGS:
-            yield pytest.param(module.ASSIGNMENT, bug, marks=mark,
-                               id=f"{info.name}-{bug.exercise}-{bug.name}")
+            yield pytest.param(
+                module.ASSIGNMENT, bug, marks=mark, id=f"{info.name}-{bug.exercise}-{bug.name}"
+            )
 
 
 CASES = list(_cases())
@@ -38,8 +39,10 @@ def test_every_exercise_of_every_chapter_has_a_zoo():
         (assignment, grade_id(cell))
         for assignment in assignments()
         for cell in source_notebook(assignment).cells
-        if cell.metadata.get("nbgrader", {}).get("solution") and not is_test_cell(cell)
-        and cell.cell_type == "code" and (assignment, grade_id(cell)) not in zoo
+        if cell.metadata.get("nbgrader", {}).get("solution")
+        and not is_test_cell(cell)
+        and cell.cell_type == "code"
+        and (assignment, grade_id(cell)) not in zoo
     ]
     assert not missing, f"exercises without a bug in tests/bugzoo: {missing}"
 

@@ -29,7 +29,6 @@ from tests.strategies import float_arrays, seeded_torch
 pytestmark = pytest.mark.ch01
 
 
-
 # ---------------------------------------------------------------- the recurrence
 
 
@@ -203,8 +202,11 @@ def svd_jacobian_norms(H, W_hh):
     return np.array(norms)
 
 
-INDEPENDENT = {"rnn_step": torch_rnn_step, "rnn_forward": torch_rnn_forward,
-               "jacobian_norms": svd_jacobian_norms}
+INDEPENDENT = {
+    "rnn_step": torch_rnn_step,
+    "rnn_forward": torch_rnn_forward,
+    "jacobian_norms": svd_jacobian_norms,
+}
 
 
 @pytest.mark.parametrize("name", [e.name for e in EXERCISES])

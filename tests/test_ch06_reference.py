@@ -46,6 +46,7 @@ def one_thread():
     yield
     torch.set_num_threads(threads)
 
+
 # ---------------------------------------------------------------- positional encoding
 
 

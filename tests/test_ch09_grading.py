@@ -32,16 +32,24 @@ def _solution(name: str) -> str:
     return next(c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") == name)
 
 
-SDPA_GQA = _variant(_solution("gqa_attention"), (
-    "    return weights @ v, weights",
-    "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), weights"))
+SDPA_GQA = _variant(
+    _solution("gqa_attention"),
+    (
+        "    return weights @ v, weights",
+        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), weights",
+    ),
+)
 # the whole matrix only where the visible checks do not look: the kernel's limit must catch it
-LONG_INPUTS_FULL_MATRIX = _variant(_solution("FlashAttention"), (
-    "        ctx.save_for_backward(Q, K, V, O, L)",
-    "        if n_q * n_k > 10**6:\n"
-    "            scores = Q @ K.transpose(-1, -2) * scale  # (n_q, n_k)\n"
-    "            O = torch.softmax(scores, dim=-1) @ V\n"
-    "        ctx.save_for_backward(Q, K, V, O, L)"))
+LONG_INPUTS_FULL_MATRIX = _variant(
+    _solution("FlashAttention"),
+    (
+        "        ctx.save_for_backward(Q, K, V, O, L)",
+        "        if n_q * n_k > 10**6:\n"
+        "            scores = Q @ K.transpose(-1, -2) * scale  # (n_q, n_k)\n"
+        "            O = torch.softmax(scores, dim=-1) @ V\n"
+        "        ctx.save_for_backward(Q, K, V, O, L)",
+    ),
+)
 
 STUDENTS = {
     "solved": {},
@@ -80,7 +88,8 @@ def test_a_solved_notebook_keeps_every_point(graded):
     assert graded["run"].returncode == 0, graded["run"].stderr[-3000:]
     res = result(graded, "solved")
     assert res["status"] == "graded" and res["score"] == res["max_score"] == 18, [
-        t for t in res["tests"] if t["status"] != "passed"]
+        t for t in res["tests"] if t["status"] != "passed"
+    ]
     assert res["flags"] == []
 
 
@@ -90,8 +99,9 @@ def test_the_released_stub_is_graded_zero_in_words(graded):
     assert all("not implemented yet" in t["message"] for t in res["tests"]), res["tests"]
 
 
-@pytest.mark.parametrize(("student", "exercise"), [("autograd_backward", "FlashAttention"),
-                                                    ("sdpa_gqa", "gqa_attention")])
+@pytest.mark.parametrize(
+    ("student", "exercise"), [("autograd_backward", "FlashAttention"), ("sdpa_gqa", "gqa_attention")]
+)
 def test_delegation_earns_nothing_on_its_exercise_alone(graded, student, exercise):
     res = result(graded, student)
     mine = [t for t in res["tests"] if t["exercise"] == exercise]

@@ -56,9 +56,18 @@ def test_flash_cases_cover_odd_blocks_a_short_last_block_unseen_rows_and_memory(
     assert memory and all(p["n_q"] * p["n_k"] * 8 > spec.memory_budget for p in memory)
 
 
-@pytest.mark.parametrize("case", ["apply_rope", "apply_rope_interleaved", "gqa_attention",
-                                  "sliding_window_mask", "RollingKVCache", "FlashAttention",
-                                  "FlashAttention__gradients"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "apply_rope",
+        "apply_rope_interleaved",
+        "gqa_attention",
+        "sliding_window_mask",
+        "RollingKVCache",
+        "FlashAttention",
+        "FlashAttention__gradients",
+    ],
+)
 def test_every_classic_bug_is_told_apart_on_some_hidden_case(case):
     spec = get_exercise(case)
     told: set[str] = set()

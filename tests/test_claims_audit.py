@@ -114,4 +114,4 @@ def test_make_book_runs_the_checks_of_numbers_and_claims_after_building():
     recipe = re.search(r"^book: .*?(?=^\S)", makefile, re.M | re.S).group(0)
     build, check = recipe.find("jupyter-book build"), recipe.find("$(BOOK_CHECKS)")
     assert 0 <= build < check, "the book target must run $(BOOK_CHECKS) after jupyter-book build"
-    assert 'ATTENTION_BOOK_HTML="$(CURDIR)/_build/html"' in recipe[build:check + 20]
+    assert 'ATTENTION_BOOK_HTML="$(CURDIR)/_build/html"' in recipe[build : check + 20]

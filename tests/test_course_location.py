@@ -122,7 +122,7 @@ def test_release_workflow_builds_and_attaches_the_wheel_on_every_tag():
     build = workflow["jobs"]["build"]
     script = "\n".join(step.get("run", "") for step in build["steps"])
     assert "python -m build --outdir dist learner" in script
-    assert 'v${version}' in script and "exit 1" in script  # the tag must be the version
+    assert "v${version}" in script and "exit 1" in script  # the tag must be the version
     assert "gh release upload" in script
     pypi = workflow["jobs"]["pypi"]
     assert pypi["permissions"] == {"id-token": "write"}
@@ -141,8 +141,10 @@ def test_documents_cover_every_file_that_names_the_package():
     """Any tracked text file with a pip line of the learner package is one that release derives."""
     derived = set(where.documents())
     for path in ROOT.rglob("*"):
-        if any(part in {".git", ".venv", "_build", "node_modules"} or part.endswith(".egg-info")
-               for part in path.relative_to(ROOT).parts):
+        if any(
+            part in {".git", ".venv", "_build", "node_modules"} or part.endswith(".egg-info")
+            for part in path.relative_to(ROOT).parts
+        ):
             continue
         if path.suffix not in {".md", ".txt"} or not path.is_file():
             continue

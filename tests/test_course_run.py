@@ -71,8 +71,11 @@ def make_exchange(root: Path) -> Path:
 def write_config(folder: Path, exchange: Path, **traits: str) -> None:
     """nbgrader_config.py for the course ``attention`` on ``exchange``, plus ``traits``."""
     folder.mkdir(parents=True, exist_ok=True)
-    lines = ["c = get_config()", f"c.CourseDirectory.course_id = {COURSE!r}",
-             f"c.Exchange.root = {str(exchange)!r}"]
+    lines = [
+        "c = get_config()",
+        f"c.CourseDirectory.course_id = {COURSE!r}",
+        f"c.Exchange.root = {str(exchange)!r}",
+    ]
     lines += [f"c.{name} = {value!r}" for name, value in traits.items()]
     (folder / "nbgrader_config.py").write_text("\n".join(lines) + "\n")
 
@@ -90,8 +93,9 @@ def release(root: Path, exchange: Path) -> Path:
 def student_home(root: Path, exchange: Path, student: str, nb) -> Path:
     """A student's folder with their configuration and their work on the assignment."""
     home = root / "students" / student
-    write_config(home, exchange, **{"Exchange.cache": str(home / ".cache"),
-                                    "CourseDirectory.student_id": student})
+    write_config(
+        home, exchange, **{"Exchange.cache": str(home / ".cache"), "CourseDirectory.student_id": student}
+    )
     (home / A).mkdir(parents=True)
     nbformat.write(nb, home / A / f"{A}.ipynb")
     return home
@@ -119,8 +123,10 @@ def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("course_run")
     exchange = make_exchange(root)
     instructor = release(root, exchange)
-    homes = {"ann": student_home(root, exchange, "ann", solved_notebook(A)),
-             "bob": student_home(root, exchange, "bob", solved_notebook(A))}
+    homes = {
+        "ann": student_home(root, exchange, "ann", solved_notebook(A)),
+        "bob": student_home(root, exchange, "bob", solved_notebook(A)),
+    }
     for home in homes.values():
         nbgrader("submit", A, cwd=home)
     nbgrader("collect", A, cwd=instructor)
@@ -133,12 +139,30 @@ def course(tmp_path_factory):
     (submitted / "no_notebook" / A).mkdir(parents=True)
     (submitted / "no_notebook" / A / "notes.txt").write_text("forgot it\n")
     out = root / "grading"
-    command = [str(submitted), "--out", str(out), "--timeout", "4", "--quiet", "--due", DUE,
-               "--late-policy", "subtract-per-hour:1"]
+    command = [
+        str(submitted),
+        "--out",
+        str(out),
+        "--timeout",
+        "4",
+        "--quiet",
+        "--due",
+        DUE,
+        "--late-policy",
+        "subtract-per-hour:1",
+    ]
     run = autograde(*command, umask=0o022)
     assert run.returncode == 0, run.stderr[-3000:]
-    return {"root": root, "exchange": exchange, "instructor": instructor, "homes": homes,
-            "submitted": submitted, "out": out, "command": command, "stdout": run.stdout}
+    return {
+        "root": root,
+        "exchange": exchange,
+        "instructor": instructor,
+        "homes": homes,
+        "submitted": submitted,
+        "out": out,
+        "command": command,
+        "stdout": run.stdout,
+    }
 
 
 def result(course, student: str) -> dict:
@@ -169,9 +193,15 @@ def test_out_is_an_nbgrader_course_directory(course):
 
 def test_feedback_pages_never_show_hidden_test_code(course):
     source = json.loads((SOLUTIONS / A / f"{A}.ipynb").read_text())
-    hidden = [line.strip() for cell in source["cells"] for block in re.findall(
-        r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", "".join(cell["source"]), re.S)
-        for line in block.splitlines() if line.strip()]
+    hidden = [
+        line.strip()
+        for cell in source["cells"]
+        for block in re.findall(
+            r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", "".join(cell["source"]), re.S
+        )
+        for line in block.splitlines()
+        if line.strip()
+    ]
     assert hidden
     page = (course["out"] / "feedback" / "bob" / A / f"{A}.html").read_text()
     assert not [line for line in hidden if line in page]
@@ -221,8 +251,12 @@ def test_deadline_options_parse_and_refuse_in_one_line(tmp_path):
     assert str(parse_due("2026-03-02 17:00:30 +01:00")) == "2026-03-02 16:00:30"
     assert LatePolicy.parse("subtract-per-hour:0.5").points_per_hour == 0.5
     assert SubtractPerHour(points_per_hour=2).late_submission_penalty("s", 10, 1) == 2  # a started hour
-    for option, value in (("--due", "tomorrow"), ("--due", "2026-03-02 17:00 Mars/Olympus"),
-                          ("--late-policy", "half"), ("--late-policy", "subtract-per-hour:-1")):
+    for option, value in (
+        ("--due", "tomorrow"),
+        ("--due", "2026-03-02 17:00 Mars/Olympus"),
+        ("--late-policy", "half"),
+        ("--late-policy", "subtract-per-hour:-1"),
+    ):
         run = autograde(str(tmp_path), "--out", str(tmp_path / "out"), option, value)
         assert run.returncode == 2 and run.stderr.count("\n") == 1 and option in run.stderr, run.stderr
 
@@ -247,8 +281,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 def test_formgrader_serves_the_gradebook_on_loopback_with_a_token(course):
     command = [sys.executable, "-m", "grader", "formgrader", str(course["out"]), "--port", "0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                               env=env())
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env()
+    )
     try:
         line = process.stdout.readline()
         match = re.search(r"(http://127\.0\.0\.1:(\d+))/formgrader\?token=([0-9a-f]+)", line)
@@ -285,8 +320,13 @@ def test_formgrader_serves_the_gradebook_on_loopback_with_a_token(course):
 
 
 def test_release_and_fetch_feedback_deliver_each_student_their_own(course):
-    nbgrader("release_feedback", A, f"--course={COURSE}", f"--Exchange.root={course['exchange']}",
-             cwd=course["out"])
+    nbgrader(
+        "release_feedback",
+        A,
+        f"--course={COURSE}",
+        f"--Exchange.root={course['exchange']}",
+        cwd=course["out"],
+    )
     pages = {}
     for student, home in course["homes"].items():
         nbgrader("fetch_feedback", A, cwd=home)
@@ -301,8 +341,9 @@ def test_release_and_fetch_feedback_deliver_each_student_their_own(course):
 
 
 def _summary_counts(stdout: str) -> dict[str, int]:
-    found = re.search(r"grades\.csv: (\d+) rows, (\d+) graded, (\d+) timeouts, (\d+) crashes, (\d+) invalid",
-                      stdout)
+    found = re.search(
+        r"grades\.csv: (\d+) rows, (\d+) graded, (\d+) timeouts, (\d+) crashes, (\d+) invalid", stdout
+    )
     assert found, stdout
     names = ["rows", "graded", "timeout", "crashed", "invalid"]
     return dict(zip(names, map(int, found.groups()), strict=True))
@@ -324,9 +365,16 @@ def test_summary_counts_are_grades_csvs(course):
 def test_output_files_are_private_under_umask_022(course):
     """OUT is the instructor's alone (grader/autograde/permissions.py); test_out_private holds every path."""
     out = course["out"]
-    for path in [out / "grades.csv", out / "ann" / A / "results.json", out / "ann" / A / "feedback.html",
-                 out / "autograded" / "ann" / A / f"{A}.ipynb", out / "feedback" / "ann" / A / f"{A}.html",
-                 out / "source" / A / f"{A}.ipynb", out / "nbgrader_config.py", out / "gradebook.db"]:
+    for path in [
+        out / "grades.csv",
+        out / "ann" / A / "results.json",
+        out / "ann" / A / "feedback.html",
+        out / "autograded" / "ann" / A / f"{A}.ipynb",
+        out / "feedback" / "ann" / A / f"{A}.html",
+        out / "source" / A / f"{A}.ipynb",
+        out / "nbgrader_config.py",
+        out / "gradebook.db",
+    ]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE((out / "ann" / A).stat().st_mode) == 0o700
 
@@ -366,8 +414,14 @@ def test_database_errors_are_one_line_saying_what_to_fix(course, tmp_path):
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    run = autograde(str(course["submitted"]), "--out", str(tmp_path / "out"), "--quiet",
-                    "--db", f"postgresql+psycopg://grader:s3cret@127.0.0.1:{port}/course")
+    run = autograde(
+        str(course["submitted"]),
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+        "--db",
+        f"postgresql+psycopg://grader:s3cret@127.0.0.1:{port}/course",
+    )
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.startswith("error: cannot open the gradebook postgresql+psycopg://grader:***@")
@@ -384,8 +438,16 @@ def test_local_dask_cluster_starts_no_dashboard(course, tmp_path):
         pass  # taken already: the dashboard would have to move, and say so, just the same
     try:
         started = time.monotonic()
-        run = autograde(str(course["submitted"]), "--out", str(tmp_path / "out"), "--quiet",
-                        "--timeout", "4", "--scheduler", "local:1")
+        run = autograde(
+            str(course["submitted"]),
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+            "--timeout",
+            "4",
+            "--scheduler",
+            "local:1",
+        )
     finally:
         holder.close()
     assert run.returncode == 0, run.stderr[-3000:]

@@ -28,25 +28,37 @@ DUE = datetime(2027, 1, 15, 22, 59)  # naive UTC, the gradebook's convention
 
 def test_percent_policy_is_read_and_bounded():
     policy = LatePolicy.parse("subtract-percent-per-hour:10")
-    assert (policy.method, policy.points_per_hour, str(policy)) == ("subtract-percent-per-hour", 10.0,
-                                                                    "subtract-percent-per-hour:10")
-    for bad in ("subtract-percent-per-hour:0", "subtract-percent-per-hour:101", "subtract-percent-per-hour:x",
-                "subtract-percent-per-hour:nan", "subtract-percent-per-hour"):
+    assert (policy.method, policy.points_per_hour, str(policy)) == (
+        "subtract-percent-per-hour",
+        10.0,
+        "subtract-percent-per-hour:10",
+    )
+    for bad in (
+        "subtract-percent-per-hour:0",
+        "subtract-percent-per-hour:101",
+        "subtract-percent-per-hour:x",
+        "subtract-percent-per-hour:nan",
+        "subtract-percent-per-hour",
+    ):
         with pytest.raises(DeadlineError, match="percent"):
             LatePolicy.parse(bad)
 
 
-@pytest.mark.parametrize(("seconds", "points", "percent"), [
-    (1, 2.0, 1.0),          # one second late is a started hour
-    (3600, 2.0, 1.0),       # exactly one hour
-    (3601, 4.0, 2.0),       # a second into the second hour
-    (29 * 60, 2.0, 1.0),    # nbgrader's example plugin (nearest hour) would take nothing here
-    (200 * 3600, 400.0, 10.0),  # the percent form never takes more than the score
-])
+@pytest.mark.parametrize(
+    ("seconds", "points", "percent"),
+    [
+        (1, 2.0, 1.0),  # one second late is a started hour
+        (3600, 2.0, 1.0),  # exactly one hour
+        (3601, 4.0, 2.0),  # a second into the second hour
+        (29 * 60, 2.0, 1.0),  # nbgrader's example plugin (nearest hour) would take nothing here
+        (200 * 3600, 400.0, 10.0),  # the percent form never takes more than the score
+    ],
+)
 def test_started_hours(seconds, points, percent):
     assert SubtractPerHour(points_per_hour=2).late_submission_penalty("s", 10.0, seconds) == points
-    assert SubtractPercentPerHour(percent_per_hour=10).late_submission_penalty("s", 10.0, seconds) == \
-        pytest.approx(percent)
+    assert SubtractPercentPerHour(percent_per_hour=10).late_submission_penalty(
+        "s", 10.0, seconds
+    ) == pytest.approx(percent)
 
 
 @pytest.fixture
@@ -72,18 +84,23 @@ def gradebook_url(tmp_path: Path) -> str:
     return url
 
 
-@pytest.mark.parametrize(("policy", "ann_penalty"), [
-    ("subtract-per-hour:1", 3.0),          # 2 h 10 min: three started hours
-    ("subtract-percent-per-hour:10", 2.4),  # 30% of 8
-    ("zero", 8.0),
-    ("none", 0.0),
-])
+@pytest.mark.parametrize(
+    ("policy", "ann_penalty"),
+    [
+        ("subtract-per-hour:1", 3.0),  # 2 h 10 min: three started hours
+        ("subtract-percent-per-hour:10", 2.4),  # 30% of 8
+        ("zero", 8.0),
+        ("none", 0.0),
+    ],
+)
 def test_nbgrader_applies_the_policy_and_the_extension(gradebook_url, policy, ann_penalty):
     for student in ("ann", "bob"):
-        resources = {"nbgrader": {"db_url": gradebook_url, "assignment": A, "notebook": A,
-                                  "student": student}}
+        resources = {
+            "nbgrader": {"db_url": gradebook_url, "assignment": A, "notebook": A, "student": student}
+        }
         AssignLatePenalties(config=LatePolicy.parse(policy).nbgrader_config()).preprocess(
-            nbformat.v4.new_notebook(), resources)
+            nbformat.v4.new_notebook(), resources
+        )
     with contextlib.closing(Gradebook(gradebook_url)) as gradebook:
         ann, bob = (gradebook.find_submission(A, s) for s in ("ann", "bob"))
         assert ann.late_submission_penalty == pytest.approx(ann_penalty)
@@ -119,13 +136,17 @@ def test_release_says_one_line_per_assignment(tmp_path, monkeypatch):
     monkeypatch.setattr(release_module, "derive_install_references", lambda paths: [])
     monkeypatch.setattr(release_module, "temporary_course", lambda source: contextlib.nullcontext(None))
     monkeypatch.setattr(release_module, "generate_assignment", lambda api, name: made)
-    monkeypatch.setattr(release_module, "write_expected_data",
-                        lambda names, source: [tmp_path / f"{names[0]}.npz"] if names == ["01_a"] else [])
+    monkeypatch.setattr(
+        release_module,
+        "write_expected_data",
+        lambda names, source: [tmp_path / f"{names[0]}.npz"] if names == ["01_a"] else [],
+    )
     lines: list[str] = []
     written = release_module.release(None, source, tmp_path / "chapters", say=lines.append)
     assert [line.split(" in ")[0] for line in lines] == [
         "01_a: learner notebook written, 1 expected-data files written,",
-        "02_b: learner notebook up to date, 0 expected-data files written,"]
+        "02_b: learner notebook up to date, 0 expected-data files written,",
+    ]
     assert all(line.endswith(" s") for line in lines)
     assert written == [tmp_path / "chapters" / "01_a" / "01_a.ipynb", tmp_path / "01_a.npz"]
 
@@ -134,17 +155,21 @@ def test_extensions_csv_is_read_with_its_errors_named(tmp_path):
     from grader.deadlines import read_extensions
 
     path = tmp_path / "extensions.csv"
-    path.write_text("student_id,assignment,due,extra_hours\n"
-                    f"ann,{A},2027-01-16 23:59 Europe/Berlin,\n"
-                    f"bob,{A},,36\n", encoding="utf-8")
+    path.write_text(
+        f"student_id,assignment,due,extra_hours\nann,{A},2027-01-16 23:59 Europe/Berlin,\nbob,{A},,36\n",
+        encoding="utf-8",
+    )
     table = read_extensions(path)
     assert table[("ann", A)].due == datetime(2027, 1, 16, 22, 59)
     assert table[("bob", A)].delta(DUE) == timedelta(hours=36)
     assert table[("ann", A)].delta(DUE) == timedelta(days=1) and table[("ann", A)].delta(None) is None
-    for body, words in ((f"ann,{A},,\n", "either due or extra_hours"),
-                        (f"ann,{A},2027-01-16 23:59 UTC,3\n", "either due or extra_hours"),
-                        (f"ann,{A},,-2\n", "above 0"), (f"ann,{A},soon,\n", "line 2"),
-                        (f"ann,{A},,1\nann,{A},,2\n", "listed twice")):
+    for body, words in (
+        (f"ann,{A},,\n", "either due or extra_hours"),
+        (f"ann,{A},2027-01-16 23:59 UTC,3\n", "either due or extra_hours"),
+        (f"ann,{A},,-2\n", "above 0"),
+        (f"ann,{A},soon,\n", "line 2"),
+        (f"ann,{A},,1\nann,{A},,2\n", "listed twice"),
+    ):
         path.write_text("student_id,assignment,due,extra_hours\n" + body, encoding="utf-8")
         with pytest.raises(DeadlineError, match=words):
             read_extensions(path)
@@ -154,7 +179,8 @@ def test_extensions_csv_reaches_nbgraders_late_penalty(gradebook_url, tmp_path):
     from grader.deadlines import apply_extension
 
     (tmp_path / "extensions.csv").write_text(  # ann: one extra hour (still 1 h 10 min late); bob: none
-        f"student_id,assignment,due,extra_hours\nann,{A},,1\n", encoding="utf-8")
+        f"student_id,assignment,due,extra_hours\nann,{A},,1\n", encoding="utf-8"
+    )
     config = LatePolicy.parse("subtract-per-hour:1").nbgrader_config()
     with alembic_head_in_process():
         gradebook = Gradebook(gradebook_url)
@@ -165,8 +191,9 @@ def test_extensions_csv_reaches_nbgraders_late_penalty(gradebook_url, tmp_path):
     finally:
         gradebook.close()
     for student in ("ann", "bob"):
-        resources = {"nbgrader": {"db_url": gradebook_url, "assignment": A, "notebook": A,
-                                  "student": student}}
+        resources = {
+            "nbgrader": {"db_url": gradebook_url, "assignment": A, "notebook": A, "student": student}
+        }
         AssignLatePenalties(config=config).preprocess(nbformat.v4.new_notebook(), resources)
     with contextlib.closing(Gradebook(gradebook_url)) as gradebook:
         ann, bob = (gradebook.find_submission(A, s) for s in ("ann", "bob"))
@@ -184,8 +211,16 @@ def test_due_sets_the_one_assignment_being_graded(tmp_path):
         (source / assignment).mkdir(parents=True)
     (submitted / "ann" / "01_a").mkdir(parents=True)
     (submitted / "ann" / "notes").mkdir()  # not an assignment of the source: not counted
-    command = ["autograde", str(submitted), "--out", str(tmp_path / "out"), "--source", str(source),
-               "--due", "2027-01-15 23:59 UTC"]
+    command = [
+        "autograde",
+        str(submitted),
+        "--out",
+        str(tmp_path / "out"),
+        "--source",
+        str(source),
+        "--due",
+        "2027-01-15 23:59 UTC",
+    ]
     assert course_grade_options(build_parser().parse_args(command))["due"] == datetime(2027, 1, 15, 23, 59)
     (submitted / "bob" / "02_b").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"one assignment being graded.* holds 2 \(01_a, 02_b\)"):

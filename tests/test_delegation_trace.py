@@ -58,13 +58,16 @@ def test_an_honest_softmax_reaches_nothing():
     assert reached("softmax", lambda: np.exp(x.numpy()) / np.exp(x.numpy()).sum()) == []
 
 
-@pytest.mark.parametrize("route", [
-    lambda: torch._C._nn.scaled_dot_product_attention(Q, Q, Q),
-    lambda: torch.ops.aten._scaled_dot_product_attention_math(Q, Q, Q),
-    lambda: F.scaled_dot_product_attention(Q, Q, Q),
-    lambda: operator.attrgetter("nn.functional.scaled_dot_product_attention")(torch)(Q, Q, Q),
-    lambda: pickle.loads(b"ctorch.nn.functional\nscaled_dot_product_attention\n.")(Q, Q, Q),
-])
+@pytest.mark.parametrize(
+    "route",
+    [
+        lambda: torch._C._nn.scaled_dot_product_attention(Q, Q, Q),
+        lambda: torch.ops.aten._scaled_dot_product_attention_math(Q, Q, Q),
+        lambda: F.scaled_dot_product_attention(Q, Q, Q),
+        lambda: operator.attrgetter("nn.functional.scaled_dot_product_attention")(torch)(Q, Q, Q),
+        lambda: pickle.loads(b"ctorch.nn.functional\nscaled_dot_product_attention\n.")(Q, Q, Q),
+    ],
+)
 def test_torch_attention_is_seen_however_it_is_spelled(route):
     found = reached("scaled_dot_product_attention_torch", route)
     assert any(op.startswith("aten::_scaled_dot_product") for op in found), found
@@ -100,8 +103,12 @@ def test_backward_inside_the_jacobian_is_the_delegation():
     assert "torch.func.jacrev" in reached("softmax_jacobian", lambda: torch.func.jacrev(torch.exp)(Q[0, 0]))
     assert reached("softmax_jacobian", lambda: np.diag(p) - np.outer(p, p)) == []
     # elsewhere a backward pass is no delegation: chapter 3's tests differentiate the output
-    assert reached("scaled_dot_product_attention_torch",
-                   lambda: (Q.clone().requires_grad_() * 2).sum().backward()) == []
+    assert (
+        reached(
+            "scaled_dot_product_attention_torch", lambda: (Q.clone().requires_grad_() * 2).sum().backward()
+        )
+        == []
+    )
 
 
 def test_a_given_block_is_seen_when_it_arrives_as_a_parameter():
@@ -109,7 +116,8 @@ def test_a_given_block_is_seen_when_it_arrives_as_a_parameter():
         return block(Q, K, V)
 
     assert "attention_learner.blocks.given_attention" in reached(
-        "attend", lambda: attend(Q, Q, Q, block=given_attention))
+        "attend", lambda: attend(Q, Q, Q, block=given_attention)
+    )
 
 
 def test_a_given_block_allowed_in_a_later_chapter_charges_nothing_there():
@@ -120,8 +128,9 @@ def test_a_given_block_allowed_in_a_later_chapter_charges_nothing_there():
 
     assert reached("EncoderLayer", lambda: encoder_layer(Q)) == []
     # ... but the block answers chapter 4's exercise
-    assert "attention_learner.blocks.GivenMultiHeadAttention" in reached("MultiHeadAttention",
-                                                                          lambda: mha(Q, Q, Q))
+    assert "attention_learner.blocks.GivenMultiHeadAttention" in reached(
+        "MultiHeadAttention", lambda: mha(Q, Q, Q)
+    )
 
 
 def test_torch_multi_head_attention_is_seen_through_a_module_the_learner_holds():
@@ -169,8 +178,14 @@ def test_the_local_check_gives_the_graders_verdict_and_sentence():
 
 
 def test_the_child_reports_what_was_reached_and_the_parent_bounds_it():
-    entry = {"exercise": "softmax", "seed": 0, "params": {}, "error": "", "arrays": None,
-             "reached": ["aten::_softmax", 7, "x" * 1000] + ["y"] * 40}
+    entry = {
+        "exercise": "softmax",
+        "seed": 0,
+        "params": {},
+        "error": "",
+        "arrays": None,
+        "reached": ["aten::_softmax", 7, "x" * 1000] + ["y"] * 40,
+    }
     record = _record(json.loads(json.dumps(entry)))
     assert record.reached[0] == "aten::_softmax" and len(record.reached[1]) == 200
     assert len(record.reached) <= MAX_REACHED and all(isinstance(r, str) for r in record.reached)
@@ -189,13 +204,16 @@ def test_only_a_test_cells_checks_charge_its_exercise():
 # ---------------------------------------------------------------- the static reading
 
 SETUP = "import numpy as np\nimport torch\nimport torch.nn.functional as F\n"
-HONEST_SOFTMAX = ("def softmax(z, axis=-1):\n    e = np.exp(z - z.max(axis, keepdims=True))\n"
-                  "    return e / e.sum(axis, keepdims=True)\n")
+HONEST_SOFTMAX = (
+    "def softmax(z, axis=-1):\n    e = np.exp(z - z.max(axis, keepdims=True))\n"
+    "    return e / e.sum(axis, keepdims=True)\n"
+)
 
 
 def test_an_added_cell_that_redefines_the_exercise_is_read():
-    added = ("import torch\ndef softmax(z, axis=-1):\n"
-             "    return torch.softmax(torch.as_tensor(z), axis).numpy()\n")
+    added = (
+        "import torch\ndef softmax(z, axis=-1):\n    return torch.softmax(torch.as_tensor(z), axis).numpy()\n"
+    )
     found = analyse({"softmax": HONEST_SOFTMAX}, [SETUP], editable={"added cell 9": added})
     assert "torch.softmax" in found.named["softmax"]
     scratch = "print(torch.softmax(torch.ones(3), 0), softmax(np.ones(3)))\n"  # a comparison, no answer
@@ -209,35 +227,54 @@ def test_an_added_helper_the_solution_uses_is_read():
     assert "torch.nn.functional.log_softmax" in found.named["softmax"]
 
 
-@pytest.mark.parametrize("exercise,code,name", [
-    ("scaled_dot_product_attention_torch", "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
-     "    return torch._C._nn.scaled_dot_product_attention(Q, K, V), None\n",
-     "torch._C._nn.scaled_dot_product_attention"),
-    ("scaled_dot_product_attention_torch", "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
-     "    return torch.ops.aten._scaled_dot_product_attention_math(Q, K, V)\n",
-     "torch.ops.aten._scaled_dot_product*"),
-    ("softmax", "def softmax(z, axis=-1):\n    return torch.log_softmax(torch.as_tensor(z), axis).exp()\n",
-     "torch.log_softmax"),
-    ("softmax_jacobian", "def softmax_jacobian(p):\n    z = torch.tensor(p, requires_grad=True)\n"
-     "    torch.softmax(z, 0)[0].backward()\n    return z.grad\n", "backward"),
-])
+@pytest.mark.parametrize(
+    "exercise,code,name",
+    [
+        (
+            "scaled_dot_product_attention_torch",
+            "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
+            "    return torch._C._nn.scaled_dot_product_attention(Q, K, V), None\n",
+            "torch._C._nn.scaled_dot_product_attention",
+        ),
+        (
+            "scaled_dot_product_attention_torch",
+            "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
+            "    return torch.ops.aten._scaled_dot_product_attention_math(Q, K, V)\n",
+            "torch.ops.aten._scaled_dot_product*",
+        ),
+        (
+            "softmax",
+            "def softmax(z, axis=-1):\n    return torch.log_softmax(torch.as_tensor(z), axis).exp()\n",
+            "torch.log_softmax",
+        ),
+        (
+            "softmax_jacobian",
+            "def softmax_jacobian(p):\n    z = torch.tensor(p, requires_grad=True)\n"
+            "    torch.softmax(z, 0)[0].backward()\n    return z.grad\n",
+            "backward",
+        ),
+    ],
+)
 def test_the_names_of_round_3_are_known(exercise, code, name):
     assert name in analyse({exercise: code}, [SETUP]).named[exercise]
 
 
-@pytest.mark.parametrize("code,why", [
-    ("import operator\nf = operator.attrgetter('nn.functional.softmax')(torch)\n", "operator.attrgetter"),
-    ("import pickle\nf = pickle.loads(b'ctorch\\nsoftmax\\n.')\n", "pickle.loads"),
-    ("from pickle import loads as l\nf = l(b'')\n", "pickle.loads"),
-    ("import sys\nsys.setprofile(None)\n", "sys.setprofile"),
-    ("import marshal\n", "marshal"),
-    ("f = softmax.__globals__\n", "__globals__"),
-    ("torch.softmax = lambda z, d: z\n", "monkeypatching"),
-    ("from torch.utils._python_dispatch import TorchDispatchMode\n", "torch.utils._python_dispatch"),
-    ("import attention_learner.op_trace as t\n", "attention_learner.op_trace"),
-    ("x = getattr(F, 'soft' + 'max')\n", "getattr with a computed name"),
-    ("import threading\n", "threading"),
-])
+@pytest.mark.parametrize(
+    "code,why",
+    [
+        ("import operator\nf = operator.attrgetter('nn.functional.softmax')(torch)\n", "operator.attrgetter"),
+        ("import pickle\nf = pickle.loads(b'ctorch\\nsoftmax\\n.')\n", "pickle.loads"),
+        ("from pickle import loads as l\nf = l(b'')\n", "pickle.loads"),
+        ("import sys\nsys.setprofile(None)\n", "sys.setprofile"),
+        ("import marshal\n", "marshal"),
+        ("f = softmax.__globals__\n", "__globals__"),
+        ("torch.softmax = lambda z, d: z\n", "monkeypatching"),
+        ("from torch.utils._python_dispatch import TorchDispatchMode\n", "torch.utils._python_dispatch"),
+        ("import attention_learner.op_trace as t\n", "attention_learner.op_trace"),
+        ("x = getattr(F, 'soft' + 'max')\n", "getattr with a computed name"),
+        ("import threading\n", "threading"),
+    ],
+)
 def test_dynamic_binding_anywhere_editable_is_sent_to_review(code, why):
     found = analyse({"softmax": HONEST_SOFTMAX}, [SETUP], editable={"added cell 2": code})
     assert any(why in r and r.startswith("added cell 2 uses") for r in found.review), found.review
@@ -245,8 +282,10 @@ def test_dynamic_binding_anywhere_editable_is_sent_to_review(code, why):
 
 
 def test_honest_code_is_not_sent_to_review():
-    code = ("import math\nfrom functools import partial\nx = getattr(F, 'relu')\n"
-            "class M(torch.nn.Module):\n    def forward(self, x):\n        return x.softmax(-1)\n")
+    code = (
+        "import math\nfrom functools import partial\nx = getattr(F, 'relu')\n"
+        "class M(torch.nn.Module):\n    def forward(self, x):\n        return x.softmax(-1)\n"
+    )
     scratch = {"added cell 3": "print(np.ones(2))\n"}
     assert analyse({"dot_scores": code}, [SETUP], editable=scratch).review == []
 

@@ -30,8 +30,7 @@ distributed = pytest.importorskip("distributed")  # the 'cluster' extra (also in
 
 from tests.dask_poison import POISON, PoisonPlugin  # noqa: E402  (imports distributed)
 
-pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03,
-              pytest.mark.xdist_group("distributed")]
+pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03, pytest.mark.xdist_group("distributed")]
 
 A = "03_scaled_dot_product"
 FULL = 10.0
@@ -47,8 +46,19 @@ def _write(submitted: Path, notebooks: dict[str, nbformat.NotebookNode]) -> None
 
 
 def _command(submitted: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-            "--timeout", TIMEOUT, "--quiet", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--quiet",
+        *extra,
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -72,9 +82,14 @@ def cluster():
     from grader.autograde.distributed import cluster_settings
 
     with dask.config.set(cluster_settings()):
-        local = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                         host="127.0.0.1", dashboard_address=None,
-                                         preload=["grader.autograde.distributed"])
+        local = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            preload=["grader.autograde.distributed"],
+        )
         client = distributed.Client(local)
         client.register_plugin(PoisonPlugin())
         try:
@@ -94,36 +109,52 @@ def graded(cluster, tmp_path_factory):
     """The same class graded on the cluster and on one machine (the poison only on the cluster)."""
     host, port = _scheduler_port(cluster)
     solved = solved_notebook(A)
-    probe = (f"import socket\ntry:\n    socket.create_connection(({host!r}, {port}), timeout=3).close()\n"
-             "    print('REACHED the scheduler')\nexcept OSError as exc:\n"
-             "    print('NO ROUTE', type(exc).__name__)\n" + JACOBIAN)
+    probe = (
+        f"import socket\ntry:\n    socket.create_connection(({host!r}, {port}), timeout=3).close()\n"
+        "    print('REACHED the scheduler')\nexcept OSError as exc:\n"
+        "    print('NO ROUTE', type(exc).__name__)\n" + JACOBIAN
+    )
     common = {
         "correct": solved,
         "stub": learner_notebook(A),
-        "partial": with_cell(solved, "softmax_jacobian",
-                         "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"),
+        "partial": with_cell(
+            solved, "softmax_jacobian", "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"
+        ),
         "infinite_loop": with_cell(solved, "softmax_jacobian", "while True:\n    pass\n"),
         "crash": with_cell(solved, "softmax_jacobian", "import os\nos._exit(3)\n"),
         "net_probe": with_cell(solved, "softmax_jacobian", probe),
     }
     root = tmp_path_factory.mktemp("distributed")
-    _write(root / "submitted", {**common, "poison": with_cell(solved, "softmax_jacobian",
-                                                          f"# {POISON}\n" + JACOBIAN)})
+    _write(
+        root / "submitted",
+        {**common, "poison": with_cell(solved, "softmax_jacobian", f"# {POISON}\n" + JACOBIAN)},
+    )
     _write(root / "submitted_local", common)
     runs = {}
-    for name, submitted, extra in (("cluster", "submitted", ("--scheduler", cluster["address"])),
-                                   ("local", "submitted_local", ("--workers", "2"))):
+    for name, submitted, extra in (
+        ("cluster", "submitted", ("--scheduler", cluster["address"])),
+        ("local", "submitted_local", ("--workers", "2")),
+    ):
         started = time.monotonic()
-        run = subprocess.run(_command(root / submitted, root / name, *extra), capture_output=True,
-                             text=True, timeout=600, env=_env())
+        run = subprocess.run(
+            _command(root / submitted, root / name, *extra),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=_env(),
+        )
         assert run.returncode == 0, run.stderr[-4000:]
         runs[name] = {"out": root / name, "stdout": run.stdout, "seconds": time.monotonic() - started}
     return {"root": root, "runs": runs, "students": set(common), "port": port, "host": host}
 
 
 def _verdicts(result: dict) -> tuple:
-    return (result["status"], result["score"], result["max_score"],
-            tuple((t["grade_id"], t["points"], t["status"]) for t in result["tests"]))
+    return (
+        result["status"],
+        result["score"],
+        result["max_score"],
+        tuple((t["grade_id"], t["points"], t["status"]) for t in result["tests"]),
+    )
 
 
 def test_cluster_grades_like_one_machine(graded):
@@ -163,8 +194,9 @@ def test_a_submission_cannot_reach_the_scheduler(graded):
     import socket
 
     socket.create_connection((graded["host"], graded["port"]), timeout=5).close()
-    nb = nbformat.read(graded["runs"]["cluster"]["out"] / "autograded" / "net_probe" / A / f"{A}.ipynb",
-                       as_version=4)
+    nb = nbformat.read(
+        graded["runs"]["cluster"]["out"] / "autograded" / "net_probe" / A / f"{A}.ipynb", as_version=4
+    )
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "NO ROUTE" in printed and "REACHED" not in printed
     assert _results(graded["runs"]["cluster"]["out"])["net_probe"]["score"] == FULL
@@ -178,14 +210,22 @@ def test_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, tmp_path):
     students = [f"s{n}" for n in range(6)]
     _write(tmp_path / "submitted", dict.fromkeys(students, slow))
     out = tmp_path / "out"
-    process = subprocess.Popen(_command(tmp_path / "submitted", out, "--scheduler", cluster["address"]),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    process = subprocess.Popen(
+        _command(tmp_path / "submitted", out, "--scheduler", cluster["address"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     killed = None
     deadline = time.monotonic() + 300
     while killed is None and time.monotonic() < deadline and process.poll() is None:
         if list(out.glob("*/*/results.json")):  # past the solution run, in the class
-            busy = {w: keys for w, keys in client.processing().items()
-                    if any(str(k).startswith("attention-grade-") for k in keys)}
+            busy = {
+                w: keys
+                for w, keys in client.processing().items()
+                if any(str(k).startswith("attention-grade-") for k in keys)
+            }
             if busy:
                 worker = sorted(busy)[0]
                 killed = client.run(os.getpid, workers=[worker])[worker]
@@ -232,17 +272,35 @@ def test_results_land_in_postgres_that_nbgrader_exports(cluster, tmp_path):
         solved = solved_notebook(A)
         flipped = "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"
         _write(tmp_path / "submitted", {"ann": solved, "bob": with_cell(solved, "softmax_jacobian", flipped)})
-        run = subprocess.run(_command(tmp_path / "submitted", tmp_path / "out", "--scheduler",
-                                      cluster["address"], "--db", url),
-                             capture_output=True, text=True, timeout=600, env=_env())
+        run = subprocess.run(
+            _command(
+                tmp_path / "submitted", tmp_path / "out", "--scheduler", cluster["address"], "--db", url
+            ),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=_env(),
+        )
         assert run.returncode == 0, run.stderr[-4000:]
         assert not (tmp_path / "out" / "gradebook.db").exists()
         course = tmp_path / "course"
         course.mkdir()
         exported = tmp_path / "export.csv"
-        export = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", "--db", url,
-                                 f"--CourseDirectory.root={course}", f"--CsvExportPlugin.to={exported}"],
-                                cwd=course, capture_output=True, text=True, env=_env(), timeout=300)
+        export = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "nbgrader"),
+                "export",
+                "--db",
+                url,
+                f"--CourseDirectory.root={course}",
+                f"--CsvExportPlugin.to={exported}",
+            ],
+            cwd=course,
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=300,
+        )
         assert export.returncode == 0, export.stderr[-4000:]
         rows = {r["student_id"]: r for r in _csv(exported)}
         assert set(rows) == {"ann", "bob"}

@@ -145,8 +145,11 @@ def test_online_softmax_takes_a_mask_whose_last_axis_is_one():
 
 
 def test_a_mask_whose_last_axis_is_one_has_a_visible_case_that_a_per_block_slice_fails():
-    visible = [p for p in visible_checks_of("07_attention_at_scale", "online_softmax_attention")
-               if p.get("mask") == "per_query"]
+    visible = [
+        p
+        for p in visible_checks_of("07_attention_at_scale", "online_softmax_attention")
+        if p.get("mask") == "per_query"
+    ]
     assert visible, "the stated rule (a mask's last axis may be 1) has no visible case"
 
     def sliced(Q, K, V, block_size, mask=None):  # correct but for the mask: sliced per key block
@@ -154,14 +157,17 @@ def test_a_mask_whose_last_axis_is_one_has_a_visible_case_that_a_per_block_slice
         m = np.full((*Q.shape[:-1], 1), -np.inf)  # (..., n_q, 1)
         total, acc = np.zeros_like(m), np.zeros((*Q.shape[:-1], V.shape[-1]))
         for start in range(0, n_k, block_size):
-            s = Q @ np.swapaxes(K[..., start:start + block_size, :], -1, -2) / math.sqrt(Q.shape[-1])
+            s = Q @ np.swapaxes(K[..., start : start + block_size, :], -1, -2) / math.sqrt(Q.shape[-1])
             if mask is not None:
-                s = np.where(mask[..., start:start + block_size], s, -np.inf)  # (..., n_q, b)
+                s = np.where(mask[..., start : start + block_size], s, -np.inf)  # (..., n_q, b)
             m_new = np.maximum(m, s.max(-1, keepdims=True))
             shift = np.where(np.isfinite(m_new), m_new, 0.0)
             p, c = np.exp(s - shift), np.exp(np.where(np.isfinite(m), m - shift, 0.0))
-            total, acc, m = (c * total + p.sum(-1, keepdims=True),
-                             c * acc + p @ V[..., start:start + block_size, :], m_new)
+            total, acc, m = (
+                c * total + p.sum(-1, keepdims=True),
+                c * acc + p @ V[..., start : start + block_size, :],
+                m_new,
+            )
         return np.divide(acc, total, out=np.zeros_like(acc), where=total > 0)
 
     from attention_learner.checks import check

@@ -19,8 +19,16 @@ from grader.autograde.results import ChildExit
 GRADER = Path(__file__).resolve().parents[1] / "grader"
 
 # the callee's dotted name -> which positional argument is the status (None: the first one)
-EXITS = {"os._exit": 0, "_exit": 0, "sys.exit": 0, "exit": 0, "SystemExit": 0,
-         "exited_event": 1, "self._write": 4, "_write": 4}
+EXITS = {
+    "os._exit": 0,
+    "_exit": 0,
+    "sys.exit": 0,
+    "exit": 0,
+    "SystemExit": 0,
+    "exited_event": 1,
+    "self._write": 4,
+    "_write": 4,
+}
 
 
 def _dotted(node: ast.expr) -> str:
@@ -52,23 +60,35 @@ def literal_exit_statuses(source: str, name: str) -> list[str]:
 def test_no_exit_status_of_the_grader_is_an_integer_literal():
     files = sorted(GRADER.rglob("*.py"))
     assert len(files) > 50  # the whole package was read
-    found = [hit for path in files
-             for hit in literal_exit_statuses(path.read_text(), str(path.relative_to(GRADER.parent)))]
+    found = [
+        hit
+        for path in files
+        for hit in literal_exit_statuses(path.read_text(), str(path.relative_to(GRADER.parent)))
+    ]
     assert not found, f"exit statuses written as literals (use results.ChildExit): {found}"
 
 
 def test_the_check_sees_a_literal_status():
-    source = ("import os, sys\nos._exit(75)\nsys.exit(128 + sig)\nraise SystemExit(2)\n"
-              "exited_event(job.id, 72, False)\nos._exit(ChildExit.OK)\nraise SystemExit('message')\n")
-    assert literal_exit_statuses(source, "m") == ["m:2 os._exit", "m:3 sys.exit", "m:4 SystemExit",
-                                                   "m:5 exited_event"]
+    source = (
+        "import os, sys\nos._exit(75)\nsys.exit(128 + sig)\nraise SystemExit(2)\n"
+        "exited_event(job.id, 72, False)\nos._exit(ChildExit.OK)\nraise SystemExit('message')\n"
+    )
+    assert literal_exit_statuses(source, "m") == [
+        "m:2 os._exit",
+        "m:3 sys.exit",
+        "m:4 SystemExit",
+        "m:5 exited_event",
+    ]
 
 
 def test_childexit_is_the_only_exit_enum_of_the_grader():
-    enums = [f"{path.relative_to(GRADER.parent)}:{node.name}" for path in sorted(GRADER.rglob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text()))
-             if isinstance(node, ast.ClassDef) and any(_dotted(b) in ("IntEnum", "enum.IntEnum")
-                                                       for b in node.bases)]
+    enums = [
+        f"{path.relative_to(GRADER.parent)}:{node.name}"
+        for path in sorted(GRADER.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and any(_dotted(b) in ("IntEnum", "enum.IntEnum") for b in node.bases)
+    ]
     assert enums == ["grader/autograde/results.py:ChildExit"]
 
 

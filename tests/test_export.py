@@ -23,21 +23,45 @@ A, B = "03_scaled_dot_product", "04_multi_head"
 
 
 def _result(student: str, assignment: str, points: list[float], penalty: float = 0.0) -> dict:
-    tests = [{"notebook": assignment, "grade_id": f"test_{i}", "exercise": str(i), "points": p,
-              "max_points": 2.0, "status": "passed" if p else "failed", "message": ""}
-             for i, p in enumerate(points)]
+    tests = [
+        {
+            "notebook": assignment,
+            "grade_id": f"test_{i}",
+            "exercise": str(i),
+            "points": p,
+            "max_points": 2.0,
+            "status": "passed" if p else "failed",
+            "message": "",
+        }
+        for i, p in enumerate(points)
+    ]
     raw = sum(points)
-    return {"student_id": student, "assignment": assignment, "score": max(0.0, raw - penalty),
-            "raw_score": raw, "max_score": 2.0 * len(points), "status": "graded", "flags": [],
-            "notes": [], "penalty": penalty, "timestamp": None, "late_by_seconds": None, "tests": tests}
+    return {
+        "student_id": student,
+        "assignment": assignment,
+        "score": max(0.0, raw - penalty),
+        "raw_score": raw,
+        "max_score": 2.0 * len(points),
+        "status": "graded",
+        "flags": [],
+        "notes": [],
+        "penalty": penalty,
+        "timestamp": None,
+        "late_by_seconds": None,
+        "tests": tests,
+    }
 
 
 @pytest.fixture
 def out(tmp_path):
     out = tmp_path / "grading"
-    results = [_result("ann", A, [2, 2]), _result("ann", B, [2, 0, 2]),
-               _result("bob", A, [2, 2], penalty=1.5), _result("-1", A, [0, 2]),
-               _result("eve", A, [2, 2])]
+    results = [
+        _result("ann", A, [2, 2]),
+        _result("ann", B, [2, 0, 2]),
+        _result("bob", A, [2, 2], penalty=1.5),
+        _result("-1", A, [0, 2]),
+        _result("eve", A, [2, 2]),
+    ]
     for r in results:
         write_results(out, r)
     write_grades_csv(out, results)
@@ -51,10 +75,12 @@ def roster(tmp_path):
     path.write_text(  # Excel's byte-order mark, Canvas-like headers, a formula in a name
         "\ufeffstudent_id,Name,Email,Section,Canvas ID,SIS User ID,SIS Login ID,idnumber,"
         f"{A} (4711)\n"
-        "ann,\"Lovelace, Ada\",ada@example.org,S1,101,U1,ada,N1,\n"
+        'ann,"Lovelace, Ada",ada@example.org,S1,101,U1,ada,N1,\n'
         "bob,Bob Byron,bob@example.org,S2,102,U2,bob,N2,\n"
-        "-1,=HYPERLINK(\"http://x\"),m@example.org,S1,103,U3,minus,N3,\n"
-        "carl,\"Gauss, Carl\",carl@example.org,S2,104,U4,carl,N4,\n", encoding="utf-8")
+        '-1,=HYPERLINK("http://x"),m@example.org,S1,103,U3,minus,N3,\n'
+        'carl,"Gauss, Carl",carl@example.org,S2,104,U4,carl,N4,\n',
+        encoding="utf-8",
+    )
     return path
 
 
@@ -87,10 +113,11 @@ def test_no_cell_is_a_formula(out, roster, tmp_path):
     for fmt in ("canvas", "moodle", "wide"):
         export(out, fmt, tmp_path / f"{fmt}.csv", roster=roster)
         cells = [c for row in _rows(tmp_path / f"{fmt}.csv") for c in row]
-        assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")
-                    or (c.startswith("-") and not _number(c))], fmt
+        assert not [
+            c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r") or (c.startswith("-") and not _number(c))
+        ], fmt
     wide = _rows(tmp_path / "wide.csv")
-    assert ["'-1", "'=HYPERLINK(\"http://x\")"] == wide[3][:2]
+    assert ["'-1", '\'=HYPERLINK("http://x")'] == wide[3][:2]
 
 
 def _number(text: str) -> bool:
@@ -115,14 +142,24 @@ def test_moodle_without_id_numbers_uses_the_username(out, tmp_path):
     export(out, "moodle", tmp_path / "moodle.csv", roster=roster)
     assert _rows(tmp_path / "moodle.csv") == [
         ["First name", "Last name", "Username", "Email address", A, B],
-        ["Ada", "Lovelace", "ann", "ada@example.org", "4", "4"]]
+        ["Ada", "Lovelace", "ann", "ada@example.org", "4", "4"],
+    ]
 
 
 def test_wide_has_every_test_prefixed_by_its_assignment(out, tmp_path):
     export(out, "wide", tmp_path / "wide.csv")  # no roster: every graded student
     header, *rows = _rows(tmp_path / "wide.csv")
-    assert header == ["student_id", A, B, f"{A}:test_0", f"{A}:test_1", f"{A}:penalty",
-                      f"{B}:test_0", f"{B}:test_1", f"{B}:test_2"]
+    assert header == [
+        "student_id",
+        A,
+        B,
+        f"{A}:test_0",
+        f"{A}:test_1",
+        f"{A}:penalty",
+        f"{B}:test_0",
+        f"{B}:test_1",
+        f"{B}:test_2",
+    ]
     by_id = {r[0]: r for r in rows}
     assert set(by_id) == {"ann", "bob", "'-1", "eve"}
     assert by_id["bob"] == ["bob", "2.5", "", "2", "2", "1.5", "", "", ""]
@@ -145,12 +182,40 @@ def test_refusals_say_why(out, tmp_path):
 
 def test_command_line(out, roster, tmp_path):
     target = tmp_path / "grades_canvas.csv"
-    run = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--format", "canvas",
-                          "--roster", str(roster), "-o", str(target)], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "export",
+            str(out),
+            "--format",
+            "canvas",
+            "--roster",
+            str(roster),
+            "-o",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert f"wrote {target} (canvas): 4 students, 2 assignments" in run.stdout
     assert "not on the roster, left out (1): eve" in run.stdout
     assert _rows(target)[0][0] == "Student"
-    bad = subprocess.run([sys.executable, "-m", "grader", "export", str(tmp_path / "nope"), "--format",
-                          "wide", "-o", str(target)], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "export",
+            str(tmp_path / "nope"),
+            "--format",
+            "wide",
+            "-o",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1

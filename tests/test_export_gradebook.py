@@ -24,12 +24,33 @@ POINTS = {"ann": [2.0, 2.0], "bob": [2.0, 0.0]}  # test_0, test_1, out of 2 each
 
 
 def _result(student: str) -> dict:
-    tests = [{"notebook": A, "grade_id": f"test_{i}", "exercise": str(i), "points": p, "max_points": 2.0,
-              "status": "passed" if p else "failed", "message": ""} for i, p in enumerate(POINTS[student])]
+    tests = [
+        {
+            "notebook": A,
+            "grade_id": f"test_{i}",
+            "exercise": str(i),
+            "points": p,
+            "max_points": 2.0,
+            "status": "passed" if p else "failed",
+            "message": "",
+        }
+        for i, p in enumerate(POINTS[student])
+    ]
     raw = sum(POINTS[student])
-    return {"student_id": student, "assignment": A, "score": raw, "raw_score": raw, "max_score": 4.0,
-            "status": "graded", "flags": [], "notes": [], "penalty": 0.0, "timestamp": None,
-            "late_by_seconds": None, "tests": tests}
+    return {
+        "student_id": student,
+        "assignment": A,
+        "score": raw,
+        "raw_score": raw,
+        "max_score": 4.0,
+        "status": "graded",
+        "flags": [],
+        "notes": [],
+        "penalty": 0.0,
+        "timestamp": None,
+        "late_by_seconds": None,
+        "tests": tests,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +118,11 @@ def test_a_hand_grade_reaches_every_format_with_a_warning(out, tmp_path, fmt):
     _hand_grade(out, "bob", "test_1", 1.5)  # bob: 2 + 0 -> 2 + 1.5
     target = tmp_path / f"{fmt}.csv"
     report = export(out, fmt, target)
-    student_column, student = {"canvas": ("SIS Login ID", "bob"), "moodle": ("Username", "bob"),
-                               "wide": ("student_id", "bob")}[fmt]
+    student_column, student = {
+        "canvas": ("SIS Login ID", "bob"),
+        "moodle": ("Username", "bob"),
+        "wide": ("student_id", "bob"),
+    }[fmt]
     assert _cells(target, student_column, student, A) == "3.5"
     assert _cells(target, student_column, "ann", A) == "4"
     if fmt == "wide":

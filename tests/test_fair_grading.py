@@ -28,24 +28,43 @@ CH1, CH2, CH3, CH4, CH5, CH6, CH7 = (
 
 # (assignment, exercise, style, solution cell)
 CORRECT = [
-    (CH1, "rnn_step", "einsum", """
+    (
+        CH1,
+        "rnn_step",
+        "einsum",
+        """
 def rnn_step(x_t, h_prev, W_xh, W_hh, b):
     return np.tanh(np.einsum("...i,ij->...j", x_t, W_xh) + np.einsum("...i,ij->...j", h_prev, W_hh) + b)
-"""),
-    (CH1, "rnn_step", "documented-shapes-only", """
+""",
+    ),
+    (
+        CH1,
+        "rnn_step",
+        "documented-shapes-only",
+        """
 def rnn_step(x_t, h_prev, W_xh, W_hh, b):
     if x_t.ndim == 1:  # (d_in,)
         return np.tanh(W_xh.T @ x_t + W_hh.T @ h_prev + b)
     rows = [np.tanh(W_xh.T @ x + W_hh.T @ h + b) for x, h in zip(x_t, h_prev)]  # (B, d_in)
     return np.stack(rows)
-"""),
-    (CH1, "rnn_step", "torch-inside", """
+""",
+    ),
+    (
+        CH1,
+        "rnn_step",
+        "torch-inside",
+        """
 import torch
 def rnn_step(x_t, h_prev, W_xh, W_hh, b):
     t = torch.from_numpy
     return torch.tanh(t(x_t) @ t(W_xh) + t(h_prev) @ t(W_hh) + t(b)).numpy()
-"""),
-    (CH1, "rnn_forward", "preallocated-in-place", """
+""",
+    ),
+    (
+        CH1,
+        "rnn_forward",
+        "preallocated-in-place",
+        """
 def rnn_forward(X, h0, W_xh, W_hh, b):
     H = np.empty((X.shape[0], h0.shape[0]))
     h = h0
@@ -53,15 +72,25 @@ def rnn_forward(X, h0, W_xh, W_hh, b):
         h = rnn_step(X[t], h, W_xh, W_hh, b)
         H[t] = h
     return H
-"""),
-    (CH1, "rnn_forward", "lists", """
+""",
+    ),
+    (
+        CH1,
+        "rnn_forward",
+        "lists",
+        """
 def rnn_forward(X, h0, W_xh, W_hh, b):
     states = [h0]
     for x_t in X:
         states.append(rnn_step(x_t, states[-1], W_xh, W_hh, b))
     return np.array(states[1:])
-"""),
-    (CH1, "jacobian_norms", "explicit-diag-and-svd", """
+""",
+    ),
+    (
+        CH1,
+        "jacobian_norms",
+        "explicit-diag-and-svd",
+        """
 def jacobian_norms(H, W_hh):
     T, d_h = H.shape
     product = np.eye(d_h)
@@ -70,55 +99,100 @@ def jacobian_norms(H, W_hh):
         product = product @ np.diag(1 - H[t] ** 2) @ W_hh.T
         norms.append(np.linalg.svd(product, compute_uv=False)[0])
     return np.array(norms)
-"""),
-    (CH2, "dot_scores", "list-comprehension", """
+""",
+    ),
+    (
+        CH2,
+        "dot_scores",
+        "list-comprehension",
+        """
 def dot_scores(q, K):
     return np.array([float(np.dot(k, q)) for k in K])
-"""),
-    (CH2, "dot_scores", "einsum", """
+""",
+    ),
+    (
+        CH2,
+        "dot_scores",
+        "einsum",
+        """
 def dot_scores(q, K):
     return np.einsum("nd,d->n", K, q)
-"""),
-    (CH2, "softmax", "in-place-on-a-copy", """
+""",
+    ),
+    (
+        CH2,
+        "softmax",
+        "in-place-on-a-copy",
+        """
 def softmax(z, axis=-1):
     e = np.array(z, dtype=np.float64, copy=True)
     e -= e.max(axis=axis, keepdims=True)
     np.exp(e, out=e)
     e /= e.sum(axis=axis, keepdims=True)
     return e
-"""),
-    (CH2, "softmax", "torch-inside", """
+""",
+    ),
+    (
+        CH2,
+        "softmax",
+        "torch-inside",
+        """
 import torch
 def softmax(z, axis=-1):  # torch's arithmetic; torch.softmax itself would be the exercise's answer
     t = torch.as_tensor(np.asarray(z, dtype=np.float64))
     e = torch.exp(t - t.amax(dim=axis, keepdim=True))
     return (e / e.sum(dim=axis, keepdim=True)).numpy()
-"""),
-    (CH2, "softmax", "logsumexp", """
+""",
+    ),
+    (
+        CH2,
+        "softmax",
+        "logsumexp",
+        """
 def softmax(z, axis=-1):
     m = np.max(z, axis=axis, keepdims=True)
     log_total = m + np.log(np.sum(np.exp(z - m), axis=axis, keepdims=True))
     return np.exp(z - log_total)
-"""),
-    (CH2, "attend", "einsum", """
+""",
+    ),
+    (
+        CH2,
+        "attend",
+        "einsum",
+        """
 def attend(q, K, V):
     s = np.einsum("nd,d->n", K, q)
     w = np.exp(s - s.max())
     w = w / w.sum()
     return np.einsum("n,nv->v", w, V), w
-"""),
-    (CH2, "project_qkv", "einsum-list", """
+""",
+    ),
+    (
+        CH2,
+        "project_qkv",
+        "einsum-list",
+        """
 def project_qkv(X, W_q, W_k, W_v):
     return tuple(np.einsum("nd,dk->nk", X, W) for W in (W_q, W_k, W_v))
-"""),
-    (CH2, "dot_product_attention", "broadcast-then-sum", """
+""",
+    ),
+    (
+        CH2,
+        "dot_product_attention",
+        "broadcast-then-sum",
+        """
 def dot_product_attention(Q, K, V):
     scores = (Q[:, None, :] * K[None, :, :]).sum(axis=-1)  # (n_q, n_k), no loop
     e = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights = e / e.sum(axis=-1, keepdims=True)
     return weights @ V, weights
-"""),
-    (CH3, "scaled_dot_product_attention", "einsum-nan-to-num", """
+""",
+    ),
+    (
+        CH3,
+        "scaled_dot_product_attention",
+        "einsum-nan-to-num",
+        """
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = np.einsum("...qd,...kd->...qk", Q, K) / np.sqrt(Q.shape[-1])
     if mask is not None:
@@ -127,8 +201,13 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights = np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
     return np.einsum("...qk,...kv->...qv", weights, V), weights
-"""),
-    (CH3, "scaled_dot_product_attention", "torch-inside", """
+""",
+    ),
+    (
+        CH3,
+        "scaled_dot_product_attention",
+        "torch-inside",
+        """
 import torch
 def scaled_dot_product_attention(Q, K, V, mask=None):
     q, k, v = (torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (Q, K, V))
@@ -138,8 +217,13 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         scores = scores.masked_fill(~m, float("-inf"))
     weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
     return (weights @ v).numpy(), weights.numpy()
-"""),
-    (CH3, "scaled_dot_product_attention_torch", "finfo-min-fill", """
+""",
+    ),
+    (
+        CH3,
+        "scaled_dot_product_attention_torch",
+        "finfo-min-fill",
+        """
 def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", Q, K) / Q.shape[-1] ** 0.5
     if mask is None:
@@ -148,8 +232,13 @@ def scaled_dot_product_attention_torch(Q, K, V, mask=None):
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         weights = scores.softmax(dim=-1) * mask.any(dim=-1, keepdim=True)
     return weights @ V, weights
-"""),
-    (CH3, "scaled_dot_product_attention_torch", "manual-stable-softmax", """
+""",
+    ),
+    (
+        CH3,
+        "scaled_dot_product_attention_torch",
+        "manual-stable-softmax",
+        """
 def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
     if mask is None:
@@ -161,25 +250,50 @@ def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     total = e.sum(dim=-1, keepdim=True)
     weights = e / torch.where(total > 0, total, torch.ones_like(total))
     return weights @ V, weights
-"""),
-    (CH3, "softmax_jacobian", "outer-by-broadcasting", """
+""",
+    ),
+    (
+        CH3,
+        "softmax_jacobian",
+        "outer-by-broadcasting",
+        """
 def softmax_jacobian(p):
     return np.diagflat(p) - p[:, None] * p[None, :]
-"""),
-    (CH4, "split_heads", "view-permute", """
+""",
+    ),
+    (
+        CH4,
+        "split_heads",
+        "view-permute",
+        """
 def split_heads(X, num_heads):
     B, n, d_model = X.shape
     return X.view(B, n, num_heads, -1).permute(0, 2, 1, 3)
-"""),
-    (CH4, "split_heads", "chunk-stack", """
+""",
+    ),
+    (
+        CH4,
+        "split_heads",
+        "chunk-stack",
+        """
 def split_heads(X, num_heads):
     return torch.stack(X.chunk(num_heads, dim=-1), dim=1)
-"""),
-    (CH4, "merge_heads", "unbind-cat", """
+""",
+    ),
+    (
+        CH4,
+        "merge_heads",
+        "unbind-cat",
+        """
 def merge_heads(X):
     return torch.cat(X.unbind(dim=1), dim=-1)
-"""),
-    (CH4, "MultiHeadAttention", "einsum-per-head", """
+""",
+    ),
+    (
+        CH4,
+        "MultiHeadAttention",
+        "einsum-per-head",
+        """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
@@ -202,17 +316,32 @@ class MultiHeadAttention(nn.Module):
             weights = scores.softmax(dim=-1)
         heads = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, n_q, -1)
         return self.W_o(heads), weights
-"""),
-    (CH5, "causal_mask", "tril-of-ones", """
+""",
+    ),
+    (
+        CH5,
+        "causal_mask",
+        "tril-of-ones",
+        """
 def causal_mask(n):
     return torch.tril(torch.ones(n, n)).bool()
-"""),
-    (CH5, "padding_mask", "unsqueeze-compare", """
+""",
+    ),
+    (
+        CH5,
+        "padding_mask",
+        "unsqueeze-compare",
+        """
 def padding_mask(lengths, max_len):
     return torch.as_tensor(lengths).unsqueeze(1) > torch.arange(max_len).unsqueeze(0)
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- chapter 6
-    (CH6, "positional_encoding", "loops-over-positions-and-pairs", """
+    (
+        CH6,
+        "positional_encoding",
+        "loops-over-positions-and-pairs",
+        """
 import math
 
 def positional_encoding(n, d_model):
@@ -224,8 +353,13 @@ def positional_encoding(n, d_model):
             if i + 1 < d_model:
                 pe[p, i + 1] = math.cos(angle)
     return pe
-"""),
-    (CH6, "positional_encoding", "exp-log-div-term", """
+""",
+    ),
+    (
+        CH6,
+        "positional_encoding",
+        "exp-log-div-term",
+        """
 def positional_encoding(n, d_model):
     position = np.arange(n)[:, None]
     div_term = np.exp(np.arange(0, d_model, 2) * (-np.log(10000.0) / d_model))
@@ -233,8 +367,13 @@ def positional_encoding(n, d_model):
     pe[:, 0::2] = np.sin(position * div_term)
     pe[:, 1::2] = np.cos(position * div_term[: d_model // 2])
     return pe
-"""),
-    (CH6, "positional_encoding", "torch-inside", """
+""",
+    ),
+    (
+        CH6,
+        "positional_encoding",
+        "torch-inside",
+        """
 def positional_encoding(n, d_model):
     p = torch.arange(n, dtype=torch.float64).unsqueeze(1)
     w = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
@@ -243,8 +382,13 @@ def positional_encoding(n, d_model):
     pe[:, 0::2] = torch.sin(angles)
     pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
     return pe.numpy()
-"""),
-    (CH6, "positional_encoding", "stack-then-reshape-and-helper", """
+""",
+    ),
+    (
+        CH6,
+        "positional_encoding",
+        "stack-then-reshape-and-helper",
+        """
 def _frequencies(d_model):
     return 1.0 / np.power(10000.0, np.arange(0, d_model, 2) / d_model)  # (ceil(d_model / 2),)
 
@@ -254,15 +398,25 @@ def positional_encoding(n, d_model):
     pe = pairs.reshape(n, -1)[:, :d_model]
     assert pe.shape == (n, d_model)
     return pe
-"""),
-    (CH6, "positional_encoding", "where-on-column-parity-with-prints", """
+""",
+    ),
+    (
+        CH6,
+        "positional_encoding",
+        "where-on-column-parity-with-prints",
+        """
 def positional_encoding(n, d_model):
     j = np.arange(d_model)
     angles = np.arange(n)[:, None] / 10000 ** ((j - j % 2) / d_model)  # (n, d_model): one frequency per pair
     print("encoding", n, "positions in", d_model, "columns")
     return np.where(j % 2 == 0, np.sin(angles), np.cos(angles))
-"""),
-    (CH6, "greedy_decode", "list-of-columns", """
+""",
+    ),
+    (
+        CH6,
+        "greedy_decode",
+        "list-of-columns",
+        """
 def greedy_decode(model, src, max_len, bos_id, eos_id):
     memory = model.encode(src)
     columns = [torch.full((src.shape[0],), bos_id, dtype=torch.long)]
@@ -274,8 +428,13 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
         columns.append(token)
         done |= token == eos_id
     return torch.stack(columns, dim=1)[:, 1:]
-"""),
-    (CH6, "greedy_decode", "masked-fill-and-any", """
+""",
+    ),
+    (
+        CH6,
+        "greedy_decode",
+        "masked-fill-and-any",
+        """
 @torch.no_grad()
 def greedy_decode(model, src, max_len, bos_id, eos_id):
     memory = model.encode(src)
@@ -289,8 +448,13 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
         if not alive.any():
             break
     return ys[:, 1:].clone()
-"""),
-    (CH6, "greedy_decode", "preallocated-in-place", """
+""",
+    ),
+    (
+        CH6,
+        "greedy_decode",
+        "preallocated-in-place",
+        """
 def greedy_decode(model, src, max_len, bos_id, eos_id):
     memory = model.encode(src)
     B = src.shape[0]
@@ -306,8 +470,13 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
         if bool(finished.all()):
             break
     return tgt[:, 1 : steps + 1]
-"""),
-    (CH6, "greedy_decode", "helper-and-assert", """
+""",
+    ),
+    (
+        CH6,
+        "greedy_decode",
+        "helper-and-assert",
+        """
 def _step(model, tgt, memory):
     return model.decode(tgt, memory)[:, -1].argmax(dim=-1)  # (B,)
 
@@ -323,8 +492,13 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
             break
     assert tgt.dtype == torch.int64
     return tgt[:, 1:]
-"""),
-    (CH6, "greedy_decode", "reruns-the-setup-cell", """
+""",
+    ),
+    (
+        CH6,
+        "greedy_decode",
+        "reruns-the-setup-cell",
+        """
 import numpy as np
 import torch
 
@@ -343,9 +517,14 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
         if (out == eos_id).any(dim=1).all():
             break
     return out
-"""),
+""",
+    ),
     # ---------------------------------------------------------------- chapter 7
-    (CH7, "online_softmax_attention", "einsum-and-neg-inf-guards", """
+    (
+        CH7,
+        "online_softmax_attention",
+        "einsum-and-neg-inf-guards",
+        """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     n_k = K.shape[-2]
     if mask is not None:
@@ -369,8 +548,13 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     out = np.zeros_like(acc)
     np.divide(acc, l, out=out, where=l > 0)
     return out
-"""),
-    (CH7, "online_softmax_attention", "in-place-updates", """
+""",
+    ),
+    (
+        CH7,
+        "online_softmax_attention",
+        "in-place-updates",
+        """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     n_q, d_k = Q.shape[-2:]
     n_k, d_v = V.shape[-2:]
@@ -397,8 +581,13 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     acc[np.broadcast_to(total == 0, acc.shape)] = 0.0
     np.divide(acc, total, out=acc, where=total > 0)
     return acc
-"""),
-    (CH7, "online_softmax_attention", "torch-inside", """
+""",
+    ),
+    (
+        CH7,
+        "online_softmax_attention",
+        "torch-inside",
+        """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     q, k, v = (torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (Q, K, V))
     mk = (None if mask is None
@@ -417,10 +606,19 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
         p = torch.exp(s - shift)
         l, acc, m = c * l + p.sum(-1, keepdim=True), c * acc + p @ v[..., a : a + block_size, :], m_new
     return torch.where(l > 0, acc / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(acc)).numpy()
-"""),
-    (CH7, "online_softmax_attention", "block-logsumexp-merge",
-     BLOCK_MERGE.replace("{GUARD}", " & (l_b > 0)")),
-    (CH7, "online_softmax_attention", "loop-over-query-rows-with-assert", """
+""",
+    ),
+    (
+        CH7,
+        "online_softmax_attention",
+        "block-logsumexp-merge",
+        BLOCK_MERGE.replace("{GUARD}", " & (l_b > 0)"),
+    ),
+    (
+        CH7,
+        "online_softmax_attention",
+        "loop-over-query-rows-with-assert",
+        """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     shape = np.broadcast_shapes(Q.shape[:-1], K.shape[:-2] + (1,))
     Qb = np.broadcast_to(Q, shape + Q.shape[-1:])
@@ -443,8 +641,13 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
         out[idx] = acc / total if total > 0 else 0.0
     assert out.dtype == np.float64
     return out
-"""),
-    (CH7, "KVCache", "lists-of-chunks", """
+""",
+    ),
+    (
+        CH7,
+        "KVCache",
+        "lists-of-chunks",
+        """
 class KVCache:
     def __init__(self):
         self.k = None
@@ -459,8 +662,13 @@ class KVCache:
         self.k = torch.cat([k for k, _ in self._chunks], dim=-2)
         self.v = torch.cat([v for _, v in self._chunks], dim=-2)
         return self.k, self.v
-"""),
-    (CH7, "KVCache", "preallocated-buffer", """
+""",
+    ),
+    (
+        CH7,
+        "KVCache",
+        "preallocated-buffer",
+        """
 class KVCache:
     def __init__(self):
         self.k = self.v = None
@@ -485,8 +693,13 @@ class KVCache:
         self._n += t
         self.k, self.v = self._kbuf[..., : self._n, :], self._vbuf[..., : self._n, :]
         return self.k, self.v
-"""),
-    (CH7, "KVCache", "dim-2-and-property-len", """
+""",
+    ),
+    (
+        CH7,
+        "KVCache",
+        "dim-2-and-property-len",
+        """
 class KVCache:
     def __init__(self):
         self.k, self.v = None, None
@@ -502,8 +715,13 @@ class KVCache:
         self.k = k_new if self.k is None else torch.cat((self.k, k_new), 2)
         self.v = v_new if self.v is None else torch.cat((self.v, v_new), 2)
         return (self.k, self.v)
-"""),
-    (CH7, "KVCache", "empty-tensors-and-assert", """
+""",
+    ),
+    (
+        CH7,
+        "KVCache",
+        "empty-tensors-and-assert",
+        """
 class KVCache:
     def __init__(self):
         self.k = None
@@ -518,8 +736,13 @@ class KVCache:
         old_v = v_new[..., :0, :] if self.v is None else self.v
         self.k, self.v = torch.cat([old_k, k_new], dim=-2), torch.cat([old_v, v_new], dim=-2)
         return self.k, self.v
-"""),
-    (CH7, "KVCache", "numpy-concatenate-inside", """
+""",
+    ),
+    (
+        CH7,
+        "KVCache",
+        "numpy-concatenate-inside",
+        """
 class KVCache:
     def __init__(self):
         self.k = None
@@ -535,13 +758,16 @@ class KVCache:
 
         self.k, self.v = join(self.k, k_new), join(self.v, v_new)
         return self.k, self.v
-"""),
+""",
+    ),
 ]
 
 # (assignment, exercise, style, solution cell): chapter 7's third exercise, which the others'
 # solution cells (KVCache) are run with
 CACHED_STYLES = [
-    ("manual-softmax-einsum", """
+    (
+        "manual-softmax-einsum",
+        """
         q = self.W_q(x_new).view(B, t_new, self.num_heads, self.d_head)
         k = self.W_k(x_new).view(B, t_new, self.num_heads, self.d_head).permute(0, 2, 1, 3)
         v = self.W_v(x_new).view(B, t_new, self.num_heads, self.d_head).permute(0, 2, 1, 3)
@@ -551,8 +777,11 @@ CACHED_STYLES = [
         weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
         out = torch.einsum("bhqk,bhkd->bqhd", weights, v).reshape(B, t_new, -1)
         return self.W_o(out)
-"""),
-    ("float-mask-and-matmul", """
+""",
+    ),
+    (
+        "float-mask-and-matmul",
+        """
         q = self.W_q(x_new).reshape(B, t_new, self.num_heads, -1).transpose(1, 2)
         k, v = self.cache.append(self.W_k(x_new).reshape(B, t_new, self.num_heads, -1).transpose(1, 2),
                                  self.W_v(x_new).reshape(B, t_new, self.num_heads, -1).transpose(1, 2))
@@ -560,8 +789,11 @@ CACHED_STYLES = [
         bias = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)[start:]  # (t_new, n)
         weights = torch.softmax(q @ k.transpose(-2, -1) / self.d_head ** 0.5 + bias, dim=-1)
         return self.W_o((weights @ v).transpose(1, 2).contiguous().view(B, t_new, -1))
-"""),
-    ("tril-mask-and-helpers", """
+""",
+    ),
+    (
+        "tril-mask-and-helpers",
+        """
         def split(x):
             return torch.stack(x.chunk(self.num_heads, dim=-1), dim=1)  # (B, h, t_new, d_head)
 
@@ -572,8 +804,11 @@ CACHED_STYLES = [
         full = torch.tril(torch.ones(k.shape[-2], k.shape[-2], dtype=torch.bool))
         out = F.scaled_dot_product_attention(split(self.W_q(x_new)), k, v, attn_mask=full[-t_new:])
         return self.W_o(merge(out))
-"""),
-    ("loop-over-heads-with-print", """
+""",
+    ),
+    (
+        "loop-over-heads-with-print",
+        """
         k_all, v_all = self.cache.append(
             self.W_k(x_new).view(B, t_new, self.num_heads, self.d_head).transpose(1, 2),
             self.W_v(x_new).view(B, t_new, self.num_heads, self.d_head).transpose(1, 2),
@@ -586,8 +821,11 @@ CACHED_STYLES = [
             heads.append(torch.softmax(s.masked_fill(~mask, -torch.inf), dim=-1) @ v_all[:, h])
         print("decoded", t_new, "token(s) after", start)
         return self.W_o(torch.cat(heads, dim=-1))
-"""),
-    ("is-causal-on-the-first-chunk", """
+""",
+    ),
+    (
+        "is-causal-on-the-first-chunk",
+        """
         q = self.W_q(x_new).unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
         k_new = self.W_k(x_new).unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
         v_new = self.W_v(x_new).unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
@@ -598,7 +836,8 @@ CACHED_STYLES = [
             key_pos, query_pos = torch.arange(start + t_new), torch.arange(start, start + t_new)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_pos <= query_pos[:, None])
         return self.W_o(out.transpose(1, 2).flatten(2))
-"""),
+""",
+    ),
 ]
 
 _CACHED_HEAD = """
@@ -624,7 +863,11 @@ CORRECT += [(CH7, "CachedSelfAttention", name, _CACHED_HEAD + body) for name, bo
 
 # (assignment, exercise, false-pass class, solution cell, phrase the failure must contain)
 WRONG = [
-    (CH3, "scaled_dot_product_attention", "fill-minus-1e4", """
+    (
+        CH3,
+        "scaled_dot_product_attention",
+        "fill-minus-1e4",
+        """
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
     if mask is not None:
@@ -634,8 +877,14 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     if mask is not None:
         weights = weights * np.broadcast_to(mask, weights.shape).any(axis=-1, keepdims=True)
     return weights @ V, weights
-""", "differs from the expected value"),
-    (CH3, "scaled_dot_product_attention_torch", "one-max-for-the-batch", """
+""",
+        "differs from the expected value",
+    ),
+    (
+        CH3,
+        "scaled_dot_product_attention_torch",
+        "one-max-for-the-batch",
+        """
 def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
     if mask is not None:
@@ -644,8 +893,14 @@ def scaled_dot_product_attention_torch(Q, K, V, mask=None):
     total = e.sum(dim=-1, keepdim=True)
     weights = e / torch.where(total > 0, total, torch.ones_like(total))
     return weights @ V, weights
-""", "one maximum was subtracted for the whole array"),
-    (CH4, "MultiHeadAttention", "bias-ignored", """
+""",
+        "one maximum was subtracted for the whole array",
+    ),
+    (
+        CH4,
+        "MultiHeadAttention",
+        "bias-ignored",
+        """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
@@ -658,30 +913,60 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.W_v(value), self.num_heads)
         heads, weights = scaled_dot_product_attention_torch(q, k, v, mask)
         return self.W_o(merge_heads(heads)), weights
-""", "bias=False must build"),
-    (CH2, "softmax", "float32", """
+""",
+        "bias=False must build",
+    ),
+    (
+        CH2,
+        "softmax",
+        "float32",
+        """
 def softmax(z, axis=-1):
     z = np.asarray(z, dtype=np.float32)
     e = np.exp(z - z.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
-""", "not float64"),
-    (CH3, "softmax_jacobian", "mutates-p", """
+""",
+        "not float64",
+    ),
+    (
+        CH3,
+        "softmax_jacobian",
+        "mutates-p",
+        """
 def softmax_jacobian(p):
     J = -np.outer(p, p)
     p *= 1 - p
     return J + np.diag(p) + np.diag(np.outer(p, p).diagonal() * 0)
-""", "modified one of its input arrays in place"),
+""",
+        "modified one of its input arrays in place",
+    ),
     # the notebook says "without a Python loop over the queries": a loop is counted, not timed
-    (CH2, "dot_product_attention", "one-query-at-a-time", """
+    (
+        CH2,
+        "dot_product_attention",
+        "one-query-at-a-time",
+        """
 def dot_product_attention(Q, K, V):
     pairs = [attend(q, K, V) for q in Q]
     return np.stack([c for c, _ in pairs]), np.stack([w for _, w in pairs])
-""", "one query row was taken alone"),
-    (CH1, "rnn_step", "squeezes-batch-of-one", """
+""",
+        "one query row was taken alone",
+    ),
+    (
+        CH1,
+        "rnn_step",
+        "squeezes-batch-of-one",
+        """
 def rnn_step(x_t, h_prev, W_xh, W_hh, b):
     return np.squeeze(np.tanh(x_t @ W_xh + h_prev @ W_hh + b))
-""", "has shape"),
-    (CH3, "scaled_dot_product_attention", "squeezes-batch-of-one", """
+""",
+        "has shape",
+    ),
+    (
+        CH3,
+        "scaled_dot_product_attention",
+        "squeezes-batch-of-one",
+        """
 def scaled_dot_product_attention(Q, K, V, mask=None):
     Q, K, V = np.squeeze(Q), np.squeeze(K), np.squeeze(V)
     scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
@@ -691,7 +976,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights = np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
     return weights @ V, weights
-""", "has shape"),
+""",
+        "has shape",
+    ),
 ]
 
 
@@ -733,8 +1020,8 @@ def test_correct_style_keeps_every_point_on_fresh_draws(assignment, exercise, co
 def test_false_pass_class_loses_points(assignment, exercise, code, expect):
     failures = [v for v in _outcome(assignment, exercise, code).values() if v]
     assert failures, f"this wrong {exercise} kept every point"
-    assert any(expect in f for f in failures), (
-        f"no failure says {expect!r}; messages:\n" + "\n---\n".join(failures)
+    assert any(expect in f for f in failures), f"no failure says {expect!r}; messages:\n" + "\n---\n".join(
+        failures
     )
 
 
@@ -742,7 +1029,9 @@ def test_every_chapter_1_to_7_has_correct_styles():
     assert {a for a, *_ in CORRECT} == {CH1, CH2, CH3, CH4, CH5, CH6, CH7}
 
 
-@pytest.mark.parametrize("exercise", ["positional_encoding", "greedy_decode", "online_softmax_attention",
-                                      "KVCache", "CachedSelfAttention"])
+@pytest.mark.parametrize(
+    "exercise",
+    ["positional_encoding", "greedy_decode", "online_softmax_attention", "KVCache", "CachedSelfAttention"],
+)
 def test_chapters_6_and_7_have_five_styles_per_exercise(exercise):
     assert sum(e == exercise for _, e, *_ in CORRECT) >= 5

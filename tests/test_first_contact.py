@@ -35,8 +35,9 @@ def run_pytest(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedPr
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     environment.pop("PYTEST_ADDOPTS", None)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
-    return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 # ---------------------------------------------------------------- the skip summary
@@ -103,8 +104,16 @@ def test_the_real_browser_and_postgres_skips_are_counted(tmp_path):
     )
     env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
     result = run_pytest(
-        ["-p", "hide_postgres", "-n", "2", "--dist", "loadgroup", "tests/test_browser.py",
-         "tests/test_postgres.py"],
+        [
+            "-p",
+            "hide_postgres",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "tests/test_browser.py",
+            "tests/test_postgres.py",
+        ],
         cwd=ROOT,
         ATTENTION_TEST_PG_URL="",
         ATTENTION_BOOK_HTML="",
@@ -142,8 +151,14 @@ def checkout(tmp_path) -> Path:
 
 
 def make(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=folder, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def installed_venv(folder: Path, version: str | None) -> None:
@@ -212,9 +227,15 @@ def test_a_finished_venv_is_reused_whatever_python3_is(checkout):
     installed_venv(checkout, "3.11")
     # python3 on PATH is 3.12, not named on the command line: the good .venv is used as it is
     bin_dir = fake_python(checkout / "bin", "python3", "3.12").parent
-    result = subprocess.run(["make", "-n", "book"], cwd=checkout, capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
-                            timeout=60, check=False)
+    result = subprocess.run(
+        ["make", "-n", "book"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "-m venv" not in result.stdout and "pip install" not in result.stdout
     assert "jupyter-book build --all -W --keep-going ." in result.stdout
@@ -237,8 +258,15 @@ def test_the_book_kernels_drop_the_tcp_notice_and_nothing_else(tmp_path):
         nbclient.NotebookClient(notebook, timeout=120).execute()
     """)
     env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython")}
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "without encryption" not in result.stderr
     assert "a real kernel warning" in result.stderr

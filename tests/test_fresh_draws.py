@@ -42,8 +42,12 @@ def scaled_first(Q, K, V, mask=None):
     scores = (Q / Q.shape[-1] ** 0.5) @ K.transpose(-2, -1)  # (..., n_q, n_k)
     visible = mask.bool().expand(scores.shape)
     any_key = visible.any(dim=-1, keepdim=True)
-    weights = torch.softmax(scores.masked_fill(~visible, float("-inf")).nan_to_num(nan=0.0)
-                            .masked_fill(~any_key, 0.0), dim=-1) * any_key
+    weights = (
+        torch.softmax(
+            scores.masked_fill(~visible, float("-inf")).nan_to_num(nan=0.0).masked_fill(~any_key, 0.0), dim=-1
+        )
+        * any_key
+    )
     return torch.einsum("...qk,...kd->...qd", weights, V), weights
 
 

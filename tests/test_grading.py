@@ -33,44 +33,61 @@ def _submissions() -> dict[str, object]:
     subs: dict[str, object] = {
         "correct": solved,
         "stub": stub,
-        "partial": with_cell(solved, "softmax_jacobian",
-                         "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"),
-        "warns": with_cell(solved, "scaled_dot_product_attention", solved.cells[
-            [grade_id(c) for c in solved.cells].index("scaled_dot_product_attention")
-        ].source.replace("    d_k = Q.shape[-1]",
-                         "    import warnings\n    warnings.warn('my own warning')\n"
-                         "    d_k = Q.shape[-1]", 1)),
+        "partial": with_cell(
+            solved, "softmax_jacobian", "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"
+        ),
+        "warns": with_cell(
+            solved,
+            "scaled_dot_product_attention",
+            solved.cells[
+                [grade_id(c) for c in solved.cells].index("scaled_dot_product_attention")
+            ].source.replace(
+                "    d_k = Q.shape[-1]",
+                "    import warnings\n    warnings.warn('my own warning')\n    d_k = Q.shape[-1]",
+                1,
+            ),
+        ),
         "infinite_loop": with_cell(solved, "softmax_jacobian", "while True:\n    pass\n"),
-        "memory_hog": with_cell(solved, "softmax_jacobian",
-                            "hog = []\nwhile True:\n    hog.append(bytearray(10**8))\n"),
+        "memory_hog": with_cell(
+            solved, "softmax_jacobian", "hog = []\nwhile True:\n    hog.append(bytearray(10**8))\n"
+        ),
         "os_exit": with_cell(solved, "softmax_jacobian", "import os\nos._exit(3)\n"),
-        "segfault": with_cell(solved, "softmax_jacobian",
-                          "import ctypes\nctypes.string_at(0)\n"),
-        "lingering_child": with_cell(solved, "softmax_jacobian", (
-            "import subprocess\nsubprocess.Popen(['sleep', '1000'])\n"
-            + JACOBIAN)),
-        "huge_output": with_cell(solved, "softmax_jacobian", (
-            "print('x' * 5_000_000)\n"
-            + JACOBIAN)),
-        "monkeypatch": with_cell(stub, "softmax_jacobian", (
-            "import numpy as np, torch, grader.checks as gc\n"
-            "gc.judge = lambda *a, **k: ''\n"
-            "gc.check = lambda *a, **k: None\n"
-            "check = gc.check\n"
-            "np.allclose = lambda *a, **k: True\n"
-            "def check_close(*a, **k):\n    return None\n"
-            "def softmax_jacobian(p):\n    return np.zeros((len(p), len(p)))\n")),
-        "uses_reference": with_cell(solved, "softmax_jacobian", (
-            "from grader.reference import softmax_jacobian\n")),
-        "reads_solutions": with_cell(solved, "softmax_jacobian", (
-            "import glob\nprint(glob.glob('/work/*/solutions/*'))\n"
-            + JACOBIAN)),
-        "big_file": with_cell(solved, "softmax_jacobian", (
-            "with open('big.bin', 'wb') as handle:\n"
-            "    handle.write(b'0' * (200 * 2**20))\n")),
-        "snoop": with_cell(solved, "softmax_jacobian", (
-            "import os\nprint('CWD', os.getcwd(), sorted(os.listdir('.')))\n"
-            + JACOBIAN)),
+        "segfault": with_cell(solved, "softmax_jacobian", "import ctypes\nctypes.string_at(0)\n"),
+        "lingering_child": with_cell(
+            solved,
+            "softmax_jacobian",
+            ("import subprocess\nsubprocess.Popen(['sleep', '1000'])\n" + JACOBIAN),
+        ),
+        "huge_output": with_cell(solved, "softmax_jacobian", ("print('x' * 5_000_000)\n" + JACOBIAN)),
+        "monkeypatch": with_cell(
+            stub,
+            "softmax_jacobian",
+            (
+                "import numpy as np, torch, grader.checks as gc\n"
+                "gc.judge = lambda *a, **k: ''\n"
+                "gc.check = lambda *a, **k: None\n"
+                "check = gc.check\n"
+                "np.allclose = lambda *a, **k: True\n"
+                "def check_close(*a, **k):\n    return None\n"
+                "def softmax_jacobian(p):\n    return np.zeros((len(p), len(p)))\n"
+            ),
+        ),
+        "uses_reference": with_cell(
+            solved, "softmax_jacobian", ("from grader.reference import softmax_jacobian\n")
+        ),
+        "reads_solutions": with_cell(
+            solved, "softmax_jacobian", ("import glob\nprint(glob.glob('/work/*/solutions/*'))\n" + JACOBIAN)
+        ),
+        "big_file": with_cell(
+            solved,
+            "softmax_jacobian",
+            ("with open('big.bin', 'wb') as handle:\n    handle.write(b'0' * (200 * 2**20))\n"),
+        ),
+        "snoop": with_cell(
+            solved,
+            "softmax_jacobian",
+            ("import os\nprint('CWD', os.getcwd(), sorted(os.listdir('.')))\n" + JACOBIAN),
+        ),
     }
     deleted = nbformat.from_dict(solved)
     deleted.cells = [c for c in deleted.cells if grade_id(c) != "test_softmax_jacobian"]
@@ -86,8 +103,14 @@ def _submissions() -> dict[str, object]:
     edited = with_cell(solved, "test_softmax_jacobian", "pass\n")
     emptied = with_cell(solved, "test_softmax_jacobian", "")
     stub_edited = with_cell(stub, "test_softmax_jacobian", "pass\n")
-    subs.update(edited_tests=edited, emptied_tests=emptied, deleted_tests=deleted,
-                duplicated_ids=duplicated, retyped_test_cell=retyped, stub_edited_tests=stub_edited)
+    subs.update(
+        edited_tests=edited,
+        emptied_tests=emptied,
+        deleted_tests=deleted,
+        duplicated_ids=duplicated,
+        retyped_test_cell=retyped,
+        stub_edited_tests=stub_edited,
+    )
     return subs
 
 
@@ -106,17 +129,35 @@ def graded(tmp_path_factory):
     (submitted / "no_notebook" / A).mkdir(parents=True)
     (submitted / "no_notebook" / A / "notes.txt").write_text("I forgot")
     (submitted / "renamed" / A).mkdir(parents=True)
-    shutil.copyfile(submitted / "correct" / A / f"{A}.ipynb",
-                    submitted / "renamed" / A / "my work (1).ipynb")
+    shutil.copyfile(submitted / "correct" / A / f"{A}.ipynb", submitted / "renamed" / A / "my work (1).ipynb")
     out = root / "out"
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--timeout", "20", "--workers", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--timeout",
+        "20",
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     phases = root / "phases.json"  # grader/autograde/phases.py: what the parent did, counted
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "GRADER_PHASES": str(phases)})
+    run = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, "GRADER_PHASES": str(phases)}
+    )
     assert run.returncode == 0, run.stderr
-    return {"root": root, "submitted": submitted, "out": out, "command": command,
-            "stdout": run.stdout, "phases": json.loads(phases.read_text())}
+    return {
+        "root": root,
+        "submitted": submitted,
+        "out": out,
+        "command": command,
+        "stdout": run.stdout,
+        "phases": json.loads(phases.read_text()),
+    }
 
 
 def test_the_parent_computes_no_reference_answer(graded):
@@ -169,9 +210,14 @@ def test_partial_and_warning_submissions(graded):
     assert shown in autograded
 
 
-@pytest.mark.parametrize("student,status", [
-    ("infinite_loop", "timeout"), ("os_exit", "crashed"), ("segfault", "crashed"),
-])
+@pytest.mark.parametrize(
+    "student,status",
+    [
+        ("infinite_loop", "timeout"),
+        ("os_exit", "crashed"),
+        ("segfault", "crashed"),
+    ],
+)
 def test_runaway_submissions_keep_earlier_points(graded, student, status):
     res = result(graded, student)
     assert res["status"] == status, res
@@ -200,10 +246,14 @@ def test_huge_output_is_cut_not_fatal(graded):
     assert autograded.stat().st_size < 2_000_000
 
 
-@pytest.mark.parametrize("student,why", [
-    ("not_json", "not valid notebook JSON"), ("empty", "empty"),
-    ("no_notebook", "no notebook"),
-])
+@pytest.mark.parametrize(
+    "student,why",
+    [
+        ("not_json", "not valid notebook JSON"),
+        ("empty", "empty"),
+        ("no_notebook", "no notebook"),
+    ],
+)
 def test_invalid_submissions(graded, student, why):
     res = result(graded, student)
     assert res["status"] == "invalid" and why in res["message"], res
@@ -215,11 +265,16 @@ def test_notebook_with_another_name_is_graded_with_a_note(graded):
     assert any("another name" in n for n in res["notes"])
 
 
-@pytest.mark.parametrize("student,note", [
-    ("edited_tests", "was edited"), ("emptied_tests", "was emptied"),
-    ("deleted_tests", "was deleted"),
-    ("duplicated_ids", "appeared 2 times"), ("retyped_test_cell", "type changed"),
-])
+@pytest.mark.parametrize(
+    "student,note",
+    [
+        ("edited_tests", "was edited"),
+        ("emptied_tests", "was emptied"),
+        ("deleted_tests", "was deleted"),
+        ("duplicated_ids", "appeared 2 times"),
+        ("retyped_test_cell", "type changed"),
+    ],
+)
 def test_tampered_test_cells_are_restored(graded, student, note):
     res = result(graded, student)
     assert any(note in n for n in res["notes"]), res["notes"]
@@ -268,8 +323,7 @@ def test_file_size_limit_fails_the_cell_not_the_run(graded):
 
 def test_submission_runs_in_a_fresh_folder_without_grading_files(graded):
     nb = nbformat.read(graded["out"] / "autograded" / "snoop" / A / f"{A}.ipynb", as_version=4)
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                      for o in c.outputs)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     line = next(x for x in printed.splitlines() if x.startswith("CWD"))
     assert str(graded["out"]) not in line and str(graded["submitted"]) not in line
     assert "gradebook" not in line and "solutions" not in line and ".ipynb" not in line
@@ -280,9 +334,14 @@ def test_nbgrader_export_reads_our_gradebook(graded, tmp_path):
     env = dict(__import__("os").environ)
     env["PATH"] = str(Path(sys.executable).parent) + ":" + env.get("PATH", "")
     exported = tmp_path / "export.csv"
-    run = subprocess.run(["nbgrader", "export", f"--CourseDirectory.root={graded['out']}",
-                          f"--CsvExportPlugin.to={exported}"],
-                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        ["nbgrader", "export", f"--CourseDirectory.root={graded['out']}", f"--CsvExportPlugin.to={exported}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     with open(exported, newline="") as handle:
         rows = {r["student_id"]: r for r in csv.DictReader(handle)}
@@ -322,20 +381,27 @@ def test_rerun_is_idempotent_and_regrades_only_changes(graded, tmp_path):
 
 
 def test_bad_usage_exits_2(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "grader", "autograde", str(tmp_path / "nope"),
-                          "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "grader", "autograde", str(tmp_path / "nope"), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 2
     run = subprocess.run([sys.executable, "-m", "grader", "autograde"], capture_output=True)
     assert run.returncode == 2
 
 
 def test_check_command_reports_a_half_done_notebook(tmp_path):
-    nb = with_cell(learner_notebook(A), "scaled_dot_product_attention", next(
-        c.source for c in source_notebook(A).cells if grade_id(c) == "scaled_dot_product_attention"))
+    nb = with_cell(
+        learner_notebook(A),
+        "scaled_dot_product_attention",
+        next(c.source for c in source_notebook(A).cells if grade_id(c) == "scaled_dot_product_attention"),
+    )
     path = tmp_path / f"{A}.ipynb"
     nbformat.write(nb, path)
-    run = subprocess.run([sys.executable, "-m", "grader", "check", str(path)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "grader", "check", str(path)], capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 1
     assert "PASS  test_scaled_dot_product_attention " in run.stdout
     assert "FAIL  test_softmax_jacobian" in run.stdout
@@ -350,16 +416,24 @@ def test_interrupted_run_keeps_results_and_resumes(tmp_path):
 
     submitted = tmp_path / "submitted"
     solved = solved_notebook(A)
-    slow = with_cell(solved, "softmax_jacobian", (
-        "import time\ntime.sleep(3)\n"
-        + JACOBIAN))
+    slow = with_cell(solved, "softmax_jacobian", ("import time\ntime.sleep(3)\n" + JACOBIAN))
     for n in range(6):
         folder = submitted / f"s{n}" / A
         folder.mkdir(parents=True)
         nbformat.write(solved if n < 2 else slow, folder / f"{A}.ipynb")
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--workers", "1", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--quiet",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(list(out.glob("*/*/results.json"))) < 2:
@@ -385,9 +459,23 @@ def test_gradebook_url_is_honoured(tmp_path):
     submitted.mkdir(parents=True)
     nbformat.write(solved_notebook(A), submitted / f"{A}.ipynb")
     db = tmp_path / "elsewhere.db"
-    run = subprocess.run([sys.executable, "-m", "grader", "autograde", str(tmp_path / "submitted"),
-                          "--out", str(tmp_path / "out"), "--db", f"sqlite:///{db}", "--quiet"],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "autograde",
+            str(tmp_path / "submitted"),
+            "--out",
+            str(tmp_path / "out"),
+            "--db",
+            f"sqlite:///{db}",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr
     from nbgrader.api import Gradebook
 

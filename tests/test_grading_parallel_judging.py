@@ -22,8 +22,10 @@ from grader.autograde.judging import CaseAnswers, ExpectedCheck, rejudge
 from grader.autograde.scheduling import NotebookJob, _InFlight
 from grader.exercises import get_exercise
 
-CHECKS = [ExpectedCheck("scaled_dot_product_attention", 3, {"n_k": 5}),
-          ExpectedCheck("scaled_dot_product_attention", 4, {"n_k": 6, "mask": "causal"})]
+CHECKS = [
+    ExpectedCheck("scaled_dot_product_attention", 3, {"n_k": 5}),
+    ExpectedCheck("scaled_dot_product_attention", 4, {"n_k": 6, "mask": "causal"}),
+]
 SALT = 123456789
 
 
@@ -35,8 +37,13 @@ def _outputs(want: ExpectedCheck, salt: int, bug: int | None) -> Record:
     outputs = spec.expected(inputs) if bug is None else spec.bug_outputs(inputs)[bug][1]
     if reports_conventions(spec.case):  # each input array as the call left it
         outputs = {**outputs, **{AFTER + k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}}
-    return Record(exercise=want.exercise, seed=want.seed, params=want.params, error="",
-                  arrays={k: to_numpy(v) for k, v in outputs.items()})
+    return Record(
+        exercise=want.exercise,
+        seed=want.seed,
+        params=want.params,
+        error="",
+        arrays={k: to_numpy(v) for k, v in outputs.items()},
+    )
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"grader": ROOT / "grader", "attention_learner": ROOT / "learner" / "attention_learner",
-            "book_figures": ROOT / "book_figures"}
+PACKAGES = {
+    "grader": ROOT / "grader",
+    "attention_learner": ROOT / "learner" / "attention_learner",
+    "book_figures": ROOT / "book_figures",
+}
 
 # edge -> why it stays (none now: translator and seq2seq, the two reference modules of the
 # encoder-decoder, share one greedy loop, in translator, which no longer imports seq2seq)
@@ -46,7 +49,8 @@ def project_modules() -> dict[str, Path]:
 
 def _type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imported(name: str, source: str, is_package: bool, modules: set[str]) -> set[str]:
@@ -83,8 +87,10 @@ def imported(name: str, source: str, is_package: bool, modules: set[str]) -> set
 def import_graph() -> dict[str, set[str]]:
     modules = project_modules()
     names = set(modules)
-    return {name: imported(name, path.read_text(), path.name == "__init__.py", names)
-            for name, path in modules.items()}
+    return {
+        name: imported(name, path.read_text(), path.name == "__init__.py", names)
+        for name, path in modules.items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -140,12 +146,16 @@ def test_no_import_cycle_among_the_projects_modules():
 
 
 def test_the_check_finds_a_cycle_and_its_members():
-    source_a = "from __future__ import annotations\nfrom typing import TYPE_CHECKING\n" \
-               "if TYPE_CHECKING:\n    from p.c import C\ndef f():\n    from p import b\n"
+    source_a = (
+        "from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from p.c import C\ndef f():\n    from p import b\n"
+    )
     modules = {"p", "p.a", "p.b", "p.c"}
-    graph = {"p.a": imported("p.a", source_a, False, modules),
-             "p.b": imported("p.b", "from .c import x\n", False, modules),
-             "p.c": imported("p.c", "import p.a\n", False, modules)}
+    graph = {
+        "p.a": imported("p.a", source_a, False, modules),
+        "p.b": imported("p.b", "from .c import x\n", False, modules),
+        "p.c": imported("p.c", "import p.a\n", False, modules),
+    }
     assert graph == {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}}
     assert cycles(graph) == [["p.a", "p.b", "p.c"]]
     assert cycles({"p.a": {"p.b"}, "p.b": set(), "p.c": {"p.a"}}) == []

@@ -55,8 +55,7 @@ import pytest
 from grader.paths import ROOT
 from tests.notebook_runner import solved_notebook
 
-pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03,
-              pytest.mark.xdist_group("instructors")]
+pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03, pytest.mark.xdist_group("instructors")]
 
 A = "03_scaled_dot_product"
 EXCHANGE = "/srv/nbgrader/exchange"
@@ -87,9 +86,12 @@ def without_skipped(body: str, seen: set[str]) -> str:
 
 
 WRITES = [  # (a command's words, whether what it names is a folder), in the instructor's blocks
-    (re.compile(r"--out\s+([^\s`\\]+)"), True), (re.compile(r"(?:^|\s)mkdir -p\s+([^\s`]+)"), True),
-    (re.compile(r"(?:^|\s)cd\s+([^\s`;&]+)"), True), (re.compile(r"(?:^|\s)-o\s+([^\s`]+)"), False),
-    (re.compile(r">\s*([^\s`&]+)"), False), (re.compile(r"\.to=([^\s`]+)"), False),
+    (re.compile(r"--out\s+([^\s`\\]+)"), True),
+    (re.compile(r"(?:^|\s)mkdir -p\s+([^\s`]+)"), True),
+    (re.compile(r"(?:^|\s)cd\s+([^\s`;&]+)"), True),
+    (re.compile(r"(?:^|\s)-o\s+([^\s`]+)"), False),
+    (re.compile(r">\s*([^\s`&]+)"), False),
+    (re.compile(r"\.to=([^\s`]+)"), False),
 ]
 
 
@@ -113,17 +115,26 @@ def written_paths(text: str, fenced_only: bool = True) -> dict[str, bool]:
 
 def ignored_by_git(paths: dict[str, bool]) -> dict[str, bool]:
     """Whether this checkout's .gitignore ignores each top-level path (a folder: what it holds)."""
-    return {name: subprocess.run(["git", "check-ignore", "-q", "--no-index",
-                                  f"{name}/anything.ipynb" if folder else name],
-                                 cwd=ROOT).returncode == 0
-            for name, folder in paths.items()}
+    return {
+        name: subprocess.run(
+            ["git", "check-ignore", "-q", "--no-index", f"{name}/anything.ipynb" if folder else name],
+            cwd=ROOT,
+        ).returncode
+        == 0
+        for name, folder in paths.items()
+    }
 
 
 def snapshot(names: list[str]) -> dict[str, list[tuple[str, int]]]:
     """This checkout's files under each name, with their modification times (ns)."""
-    return {name: sorted((str(p.relative_to(ROOT)), p.lstat().st_mtime_ns)
-                         for p in [ROOT / name, *(ROOT / name).rglob("*")] if p.exists() or p.is_symlink())
-            for name in names}
+    return {
+        name: sorted(
+            (str(p.relative_to(ROOT)), p.lstat().st_mtime_ns)
+            for p in [ROOT / name, *(ROOT / name).rglob("*")]
+            if p.exists() or p.is_symlink()
+        )
+        for name in names
+    }
 
 
 class Term:
@@ -133,8 +144,13 @@ class Term:
         self.exchange = root / "exchange"
         self.exchange.mkdir()
         self.exchange.chmod(0o777)
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout.split("\0")
+        listed = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\0")
         for name in filter(None, listed):
             source = ROOT / name
             if source.is_file() and not source.is_symlink():
@@ -144,10 +160,17 @@ class Term:
         for student in STUDENTS:
             home = root / "students" / student
             home.mkdir(parents=True)
-            (home / "nbgrader_config.py").write_text("\n".join([
-                "c = get_config()", f"c.Exchange.root = {str(self.exchange)!r}",
-                f"c.Exchange.cache = {str(home / '.cache')!r}",
-                f"c.CourseDirectory.student_id = {student!r}"]) + "\n")
+            (home / "nbgrader_config.py").write_text(
+                "\n".join(
+                    [
+                        "c = get_config()",
+                        f"c.Exchange.root = {str(self.exchange)!r}",
+                        f"c.Exchange.cache = {str(home / '.cache')!r}",
+                        f"c.CourseDirectory.student_id = {student!r}",
+                    ]
+                )
+                + "\n"
+            )
             self.homes[student] = home
         self.services: list[tuple[subprocess.Popen, Path, str]] = []
         self.outputs: list[str] = []  # the instructor blocks' stdout
@@ -155,23 +178,28 @@ class Term:
         self.fetches = 0
 
     def env(self, home: Path, **extra: str) -> dict[str, str]:
-        return dict(os.environ, PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""), HOME=str(home),
-                    **extra)
+        return dict(
+            os.environ, PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""), HOME=str(home), **extra
+        )
 
     def substitute(self, body: str) -> str:
         return body.replace(EXCHANGE, str(self.exchange)).replace("--port 8890", "--port 0")
 
     def instructor(self, body: str) -> None:
         self.stop_services()
-        extra = {"PYTHONPATH": f"{self.clone}{os.pathsep}{self.clone / 'learner'}"} \
-            if "grader release" in body else {}
+        extra = (
+            {"PYTHONPATH": f"{self.clone}{os.pathsep}{self.clone / 'learner'}"}
+            if "grader release" in body
+            else {}
+        )
         home = self.root / "instructor"
         home.mkdir(exist_ok=True)
         run = subprocess.run(["bash", "-e", "-c", self.substitute(body)], cwd=self.clone, capture_output=True,
                              text=True, env=self.env(home, **extra), timeout=900)  # fmt: skip
         self.outputs.append(run.stdout)
-        assert run.returncode == 0, (f"{body}\n--- stdout\n{run.stdout[-3000:]}\n"
-                                     f"--- stderr\n{run.stderr[-3000:]}")
+        assert run.returncode == 0, (
+            f"{body}\n--- stdout\n{run.stdout[-3000:]}\n--- stderr\n{run.stderr[-3000:]}"
+        )
 
     def student(self, body: str) -> None:
         if "nbgrader fetch_feedback" in body:
@@ -210,10 +238,12 @@ class Term:
 
     def check_formgrader(self, url: str) -> None:
         base, token = url.split("/formgrader?token=")
+
         def get(path: str):
             request = urllib.request.Request(base + path, headers={"Authorization": f"token {token}"})
             with urllib.request.urlopen(request, timeout=30) as response:
                 return json.loads(response.read())
+
         assert A in {a["name"] for a in get("/formgrader/api/assignments")}  # Manage Assignments
         notebooks = get(f"/formgrader/api/submitted_notebooks/{A}/{A}")
         assert {s["student"] for s in notebooks} == set(STUDENTS)  # Manual Grading
@@ -223,9 +253,12 @@ class Term:
         for g in grades:  # nbgrader's Grade.score: the hand grade if any, else the autograde
             g["score"] = g["manual_score"] if g["manual_score"] is not None else (g["auto_score"] or 0)
         grade = next(g for g in grades if g["score"] < g["max_score"])
-        request = urllib.request.Request(base + f"/formgrader/api/grade/{grade['id']}", method="PUT",
-                                         data=json.dumps({"manual_score": grade["max_score"]}).encode(),
-                                         headers={"Authorization": f"token {token}"})
+        request = urllib.request.Request(
+            base + f"/formgrader/api/grade/{grade['id']}",
+            method="PUT",
+            data=json.dumps({"manual_score": grade["max_score"]}).encode(),
+            headers={"Authorization": f"token {token}"},
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             assert json.loads(response.read())["manual_score"] == grade["max_score"]
         self.hand_graded = sum(g["score"] for g in grades) + grade["max_score"] - grade["score"]
@@ -233,8 +266,12 @@ class Term:
     def wait_for_watcher(self) -> None:
         for process, log, body in self.services:
             if "--watch" in body:
-                self.wait(lambda log=log: all(f"{s}+{A}: graded" in log.read_text() for s in STUDENTS),
-                          process, log, "the watcher to grade both students")
+                self.wait(
+                    lambda log=log: all(f"{s}+{A}: graded" in log.read_text() for s in STUDENTS),
+                    process,
+                    log,
+                    "the watcher to grade both students",
+                )
 
     @staticmethod
     def wait(condition, process: subprocess.Popen, log: Path, what: str, seconds: float = 240.0):
@@ -278,8 +315,9 @@ def test_every_path_the_docs_write_is_ignored():
     """course/, grading/, similarity/, the roster and the exported grades: all ignored by git."""
     text = (ROOT / "INSTRUCTORS.md").read_text(encoding="utf-8")
     paths = written_paths(text)
-    for readme_path, folder in written_paths((ROOT / "README.md").read_text(encoding="utf-8"),
-                                             fenced_only=False).items():
+    for readme_path, folder in written_paths(
+        (ROOT / "README.md").read_text(encoding="utf-8"), fenced_only=False
+    ).items():
         if readme_path.islower():  # a placeholder such as OUT or FILE names nothing
             paths[readme_path] = paths.get(readme_path, False) or folder
     assert {"course", "grading", "similarity", "roster.csv", "canvas_grades.csv"} <= set(paths), paths

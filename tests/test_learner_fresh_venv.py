@@ -129,10 +129,14 @@ def test_released_notebook_fails_cleanly(outcomes, assignment):
 
 
 def _attention_check(fresh_python: Path, notebook: Path, *, script: bool) -> subprocess.CompletedProcess:
-    command = [str(fresh_python.parent / "attention-check")] if script else [
-        str(fresh_python), "-m", "attention_learner", "check"]
-    return subprocess.run([*command, notebook.name], capture_output=True, text=True, timeout=300,
-                          cwd=notebook.parent)
+    command = (
+        [str(fresh_python.parent / "attention-check")]
+        if script
+        else [str(fresh_python), "-m", "attention_learner", "check"]
+    )
+    return subprocess.run(
+        [*command, notebook.name], capture_output=True, text=True, timeout=300, cwd=notebook.parent
+    )
 
 
 def test_attention_check_passes_the_solutions_and_names_a_classic_bug(fresh_python, tmp_path):
@@ -146,8 +150,11 @@ def test_attention_check_passes_the_solutions_and_names_a_classic_bug(fresh_pyth
     nbformat.write(solved, good)
     unscaled = tmp_path / "unscaled" / f"{assignment}.ipynb"
     unscaled.parent.mkdir()
-    sources = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solved.cells
-               if (c.metadata.get("nbgrader") or {}).get("solution")}
+    sources = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in solved.cells
+        if (c.metadata.get("nbgrader") or {}).get("solution")
+    }
     broken = solved
     for name in ("scaled_dot_product_attention", "scaled_dot_product_attention_torch"):
         assert "/ math.sqrt(d_k)" in sources[name]
@@ -163,8 +170,11 @@ def test_attention_check_passes_the_solutions_and_names_a_classic_bug(fresh_pyth
 
     failed = _attention_check(fresh_python, unscaled, script=False)
     assert failed.returncode == 1, failed.stdout + failed.stderr
-    verdicts = {line.split()[1]: line.split()[0] for line in failed.stdout.splitlines()
-                if line.strip().startswith(("PASS", "FAIL"))}
+    verdicts = {
+        line.split()[1]: line.split()[0]
+        for line in failed.stdout.splitlines()
+        if line.strip().startswith(("PASS", "FAIL"))
+    }
     for test in ("test_scaled_dot_product_attention", "test_scaled_dot_product_attention_torch"):
         assert verdicts[test] == "FAIL", failed.stdout
     assert verdicts["test_softmax_jacobian"] == "PASS"
@@ -183,8 +193,9 @@ def test_passing_test_cells_say_so_in_one_line(fresh_python, tmp_path):
         "print('|'.join(''.join(o.get('text', '') for o in c.outputs).strip() for c in nb.cells "
         "if (c.metadata.get('nbgrader') or {}).get('grade') and not c.metadata['nbgrader'].get('solution')))"
     )
-    run = subprocess.run([str(fresh_python), "-c", probe, str(path)], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
+    run = subprocess.run(
+        [str(fresh_python), "-c", probe, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr
     printed = run.stdout.strip().split("|")
     assert printed and all(re.fullmatch(r"passed: \d+ checks?", p) for p in printed), printed
@@ -248,8 +259,10 @@ def test_attention_check_trains_the_chapter_8_translator_within_its_budget(fresh
     passed = re.search(r"^passed: ([\d.]+)% of the held-out tokens right$", printed, re.M)
     assert trained and passed, printed
     steps, seconds, accuracy = int(trained.group(1)), float(trained.group(2)), float(passed.group(1))
-    print(f"\nchapter 8 in the fresh venv: {steps} steps in {seconds:.1f} s, "
-          f"{accuracy:.1f}% of the held-out tokens right")
+    print(
+        f"\nchapter 8 in the fresh venv: {steps} steps in {seconds:.1f} s, "
+        f"{accuracy:.1f}% of the held-out tokens right"
+    )
     assert steps > 0
     # the loop reads the clock before each step: it may end one step (well under a second)
     # past the budget, never later

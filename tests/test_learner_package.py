@@ -78,8 +78,11 @@ def test_wheel_holds_no_reference(wheel):
 
 def test_wheel_metadata(wheel):
     with zipfile.ZipFile(wheel) as z:
-        files = {n: z.read(n).decode() for n in z.namelist() if n.endswith((".dist-info/METADATA",
-                                                                            "entry_points.txt"))}
+        files = {
+            n: z.read(n).decode()
+            for n in z.namelist()
+            if n.endswith((".dist-info/METADATA", "entry_points.txt"))
+        }
     meta = next(text for name, text in files.items() if name.endswith("METADATA"))
     assert "Name: attention-learner" in meta and "Requires-Python: >=3.10" in meta
     requires = sorted(
@@ -174,8 +177,14 @@ def test_release_writes_nothing_under_other_numeric_configurations(tmp_path):
     ]
     for extra in configurations:
         env = {**os.environ, **extra}
-        run = subprocess.run([sys.executable, "-c", script, str(data)], env=env, cwd=ROOT,
-                             capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-c", script, str(data)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.strip() == "0", f"release under {extra} rewrote {run.stdout.strip()} files"
     assert {p.name: p.read_bytes() for p in data.glob("*.npz")} == before
@@ -240,17 +249,22 @@ class _CacheNeverStored:
         return torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)
 
 
-@pytest.mark.parametrize("exercise,learner,named", [
-    ("positional_encoding", _encoding_of_base_10, "a base of 10 instead of 10000"),
-    ("KVCache", _CacheNeverStored, "the cache was not updated"),
-])
-def test_bugs_the_hints_used_to_model_are_named_from_the_shipped_outputs(no_instructor, exercise, learner,
-                                                                         named):
+@pytest.mark.parametrize(
+    "exercise,learner,named",
+    [
+        ("positional_encoding", _encoding_of_base_10, "a base of 10 instead of 10000"),
+        ("KVCache", _CacheNeverStored, "the cache was not updated"),
+    ],
+)
+def test_bugs_the_hints_used_to_model_are_named_from_the_shipped_outputs(
+    no_instructor, exercise, learner, named
+):
     """The package holds no model of these bugs any more (a model was one argument from the
     answer); the grader's classic bugs' outputs on the visible case are shipped, so a local
     check still names them."""
-    assert any(named in d for shipped in shipped_data.load_exercise(exercise).values()
-               for d, _ in shipped.bugs)
+    assert any(
+        named in d for shipped in shipped_data.load_exercise(exercise).values() for d, _ in shipped.bugs
+    )
     with pytest.raises(AssertionError) as failure:
         learner_checks.check(exercise, learner, seed=1)
     bug_line = next(line for line in str(failure.value).splitlines() if line.startswith("This looks like"))

@@ -32,52 +32,69 @@ _TO_TORCH = "    t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64))\
 #: assignment -> {exercise: a solution cell right in its numbers that breaks one stated rule}
 RULE_BREAKERS: dict[str, dict[str, str]] = {
     "02_queries_keys_values": {
-        "softmax": "import torch\ndef softmax(z, axis=-1):\n" + _TO_TORCH
-                   + "    return torch.softmax(t(z), dim=axis).numpy()\n",
+        "softmax": "import torch\ndef softmax(z, axis=-1):\n"
+        + _TO_TORCH
+        + "    return torch.softmax(t(z), dim=axis).numpy()\n",
         "attend": "import torch\nfrom attention_learner.blocks import given_attention\n"
-                  "def attend(q, K, V):\n" + _TO_TORCH
-                  + "    out, w = given_attention(t(q)[None] * q.shape[-1] ** 0.5, t(K), t(V))  # unscaled\n"
-                  "    return out[0].numpy(), w[0].numpy()\n",
+        "def attend(q, K, V):\n"
+        + _TO_TORCH
+        + "    out, w = given_attention(t(q)[None] * q.shape[-1] ** 0.5, t(K), t(V))  # unscaled\n"
+        "    return out[0].numpy(), w[0].numpy()\n",
         "dot_product_attention": (
             "def dot_product_attention(Q, K, V):\n"
             "    scores = np.stack([K @ q for q in Q])  # (n_q, n_k), one query at a time: the loop\n"
             "    e = np.exp(scores - scores.max(-1, keepdims=True))\n"
             "    w = e / e.sum(-1, keepdims=True)\n"
-            "    return w @ V, w\n"),
+            "    return w @ V, w\n"
+        ),
     },
     "03_scaled_dot_product": {
         "scaled_dot_product_attention": (
             "from attention_learner.blocks import given_attention\n"
-            "def scaled_dot_product_attention(Q, K, V, mask=None):\n" + _TO_TORCH
+            "def scaled_dot_product_attention(Q, K, V, mask=None):\n"
+            + _TO_TORCH
             + "    m = None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool))\n"
             "    out, w = given_attention(t(Q), t(K), t(V), m)\n"
-            "    return out.numpy(), w.numpy()\n"),
+            "    return out.numpy(), w.numpy()\n"
+        ),
         "scaled_dot_product_attention_torch": (
             "from attention_learner.blocks import given_attention\n"
             "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
-            "    return given_attention(Q, K, V, mask)\n"),
+            "    return given_attention(Q, K, V, mask)\n"
+        ),
         "softmax_jacobian": (
             "def softmax_jacobian(p):\n"
             "    z = torch.log(torch.as_tensor(np.asarray(p, dtype=np.float64)))\n"
-            "    return torch.autograd.functional.jacobian(lambda x: torch.softmax(x, -1), z).numpy()\n"),
+            "    return torch.autograd.functional.jacobian(lambda x: torch.softmax(x, -1), z).numpy()\n"
+        ),
     },
     "04_multi_head": {
-        "MultiHeadAttention": ("from attention_learner.blocks import GivenMultiHeadAttention\n"
-                               "class MultiHeadAttention(GivenMultiHeadAttention):\n    pass\n"),
+        "MultiHeadAttention": (
+            "from attention_learner.blocks import GivenMultiHeadAttention\n"
+            "class MultiHeadAttention(GivenMultiHeadAttention):\n    pass\n"
+        ),
     },
     "05_transformer_attention": {
-        "causal_mask": ("def causal_mask(n):\n"
-                        "    float_mask = torch.nn.Transformer.generate_square_subsequent_mask(n)\n"
-                        "    return torch.isfinite(float_mask)\n"),
-        "EncoderLayer": ("from attention_learner.blocks import GivenEncoderLayer\n"
-                         "class EncoderLayer(GivenEncoderLayer):\n    pass\n"),
-        "DecoderLayer": ("from attention_learner.blocks import GivenDecoderLayer\n"
-                         "class DecoderLayer(GivenDecoderLayer):\n    pass\n"),
+        "causal_mask": (
+            "def causal_mask(n):\n"
+            "    float_mask = torch.nn.Transformer.generate_square_subsequent_mask(n)\n"
+            "    return torch.isfinite(float_mask)\n"
+        ),
+        "EncoderLayer": (
+            "from attention_learner.blocks import GivenEncoderLayer\n"
+            "class EncoderLayer(GivenEncoderLayer):\n    pass\n"
+        ),
+        "DecoderLayer": (
+            "from attention_learner.blocks import GivenDecoderLayer\n"
+            "class DecoderLayer(GivenDecoderLayer):\n    pass\n"
+        ),
     },
     "06_tiny_translator": {
-        "positional_encoding": ("from attention_learner.blocks import given_positional_encoding\n"
-                                "def positional_encoding(n, d_model):\n"
-                                "    return given_positional_encoding(n, d_model)\n"),
+        "positional_encoding": (
+            "from attention_learner.blocks import given_positional_encoding\n"
+            "def positional_encoding(n, d_model):\n"
+            "    return given_positional_encoding(n, d_model)\n"
+        ),
         "greedy_decode": (
             "@torch.no_grad()\n"
             "def greedy_decode(model, src, max_len, bos_id, eos_id):\n"
@@ -92,21 +109,25 @@ RULE_BREAKERS: dict[str, dict[str, str]] = {
             "        finished = finished | (nxt == eos_id)\n"
             "        if finished.all():\n"
             "            break\n"
-            "    return tgt[:, 1:]\n"),
+            "    return tgt[:, 1:]\n"
+        ),
     },
     "07_attention_at_scale": {
         "online_softmax_attention": (
             "from attention_learner.blocks import given_attention\n"
-            "def online_softmax_attention(Q, K, V, block_size, mask=None):\n" + _TO_TORCH
+            "def online_softmax_attention(Q, K, V, block_size, mask=None):\n"
+            + _TO_TORCH
             + "    m = None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool))\n"
-            "    return given_attention(t(Q), t(K), t(V), m)[0].numpy()\n"),
+            "    return given_attention(t(Q), t(K), t(V), m)[0].numpy()\n"
+        ),
     },
     "08_build_train_decode": {
         "translation_loss": (
             "def translation_loss(logits, targets, pad_id, label_smoothing=0.0):\n"
             "    return torch.nn.functional.cross_entropy(\n"
             "        logits.transpose(1, 2), targets, ignore_index=pad_id,\n"
-            "        label_smoothing=label_smoothing)\n"),
+            "        label_smoothing=label_smoothing)\n"
+        ),
     },
     "09_modern_attention": {
         "gqa_attention": (
@@ -119,7 +140,8 @@ RULE_BREAKERS: dict[str, dict[str, str]] = {
             "    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)\n"
             "    out = torch.nn.functional.scaled_dot_product_attention(\n"
             "        q, k, v, attn_mask=mask, enable_gqa=True)\n"
-            "    return out, weights\n"),
+            "    return out, weights\n"
+        ),
     },
 }
 
@@ -152,16 +174,32 @@ def verdicts():
         checked.parent.mkdir(parents=True)
         shutil.copyfile(path, checked)
         local[assignment] = {o.grade_id: o.passed for o in outcomes_of(executed_notebook(checked, 300))}
-    command = [sys.executable, "-m", "grader", "autograde", str(root / "submitted"), "--out", str(out),
-               "--source", str(source), "--timeout", "300", "--workers", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(root / "submitted"),
+        "--out",
+        str(out),
+        "--source",
+        str(source),
+        "--timeout",
+        "300",
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     run = subprocess.run(command, capture_output=True, text=True, timeout=3000, cwd=root)
     graded = {}
     try:
         assert run.returncode == 0, run.stderr[-3000:]
         for assignment in CHAPTERS:
             res = json.loads((out / "learner" / assignment / "results.json").read_text())
-            graded[assignment] = ({t["grade_id"]: t["status"] == "passed" for t in res["tests"]},
-                                  {t["grade_id"]: t["message"] for t in res["tests"]})
+            graded[assignment] = (
+                {t["grade_id"]: t["status"] == "passed" for t in res["tests"]},
+                {t["grade_id"]: t["message"] for t in res["tests"]},
+            )
         yield {a: (local[a], *graded[a]) for a in CHAPTERS}
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -43,7 +43,8 @@ def test_the_installed_nbgrader_is_one_the_adapters_are_written_for():
     installed = version("nbgrader")
     assert installed in SpecifierSet(adapters.NBGRADER_VERSIONS), (
         f"nbgrader {installed} is outside {adapters.NBGRADER_VERSIONS}: check every name "
-        "grader/autograde/nbgrader_adapters.py lends, then widen the range")
+        "grader/autograde/nbgrader_adapters.py lends, then widen the range"
+    )
 
 
 def test_lend_gives_the_name_back_also_after_an_error():
@@ -62,17 +63,31 @@ def test_the_lent_gradebook_is_given_back(module):
 
 
 def _notebook_with_a_grade_cell() -> nbformat.NotebookNode:
-    cell = nbformat.v4.new_code_cell("assert True", metadata={"nbgrader": {
-        "grade": True, "solution": False, "locked": True, "points": 1, "grade_id": "test_x",
-        "schema_version": 3}})
+    cell = nbformat.v4.new_code_cell(
+        "assert True",
+        metadata={
+            "nbgrader": {
+                "grade": True,
+                "solution": False,
+                "locked": True,
+                "points": 1,
+                "grade_id": "test_x",
+                "schema_version": 3,
+            }
+        },
+    )
     return nbformat.v4.new_notebook(cells=[cell])
 
 
-@pytest.mark.parametrize("module, make", [
-    (overwritecells, lambda gb: adapters.SharedOverwriteCells(SourceCells(gb))),
-    (latesubmissions, lambda gb: adapters.SharedAssignLatePenalties(gb)),
-    (saveautogrades, lambda gb: adapters.SharedSaveAutoGrades(gb)),
-], ids=["OverwriteCells", "AssignLatePenalties", "SaveAutoGrades"])
+@pytest.mark.parametrize(
+    "module, make",
+    [
+        (overwritecells, lambda gb: adapters.SharedOverwriteCells(SourceCells(gb))),
+        (latesubmissions, lambda gb: adapters.SharedAssignLatePenalties(gb)),
+        (saveautogrades, lambda gb: adapters.SharedSaveAutoGrades(gb)),
+    ],
+    ids=["OverwriteCells", "AssignLatePenalties", "SaveAutoGrades"],
+)
 def test_each_shared_preprocessor_uses_the_run_gradebook_and_gives_nbgrader_its_own_back(module, make):
     gradebook = StandInGradebook(module)
     resources = adapters.nbgrader_resources("sqlite:///never-opened.db", "a", "a", "ann")

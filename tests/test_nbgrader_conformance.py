@@ -83,8 +83,22 @@ def _nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _ours(root: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return _run([sys.executable, "-m", "grader", "autograde", "submitted", "--out", str(out),
-                 "--source", "source", "--quiet", *extra], cwd=root)
+    return _run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "autograde",
+            "submitted",
+            "--out",
+            str(out),
+            "--source",
+            "source",
+            "--quiet",
+            *extra,
+        ],
+        cwd=root,
+    )
 
 
 def _read(name: str) -> nbformat.NotebookNode:
@@ -137,8 +151,9 @@ def _build_course(root: Path) -> dict[str, list[str]]:
     sub = root / "submitted"
     students: dict[str, list[str]] = {}
 
-    def hand_in(student: str, notebook: str, name: str | None = None,
-                nb: nbformat.NotebookNode | None = None) -> None:
+    def hand_in(
+        student: str, notebook: str, name: str | None = None, nb: nbformat.NotebookNode | None = None
+    ) -> None:
         path = sub / student / ASSIGNMENT / f"{notebook}.ipynb"
         if nb is not None:
             _write(nb, path)
@@ -173,8 +188,7 @@ def _build_course(root: Path) -> dict[str, list[str]]:
     hand_in("loop", "p1", nb=loop)
     # a deleted test cell (nbgrader's default: not restored, scored 0)
     deleted = _read("submitted-changed.ipynb")
-    deleted.cells = [c for c in deleted.cells
-                     if c.metadata.get("nbgrader", {}).get("grade_id") != "bar"]
+    deleted.cells = [c for c in deleted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "bar"]
     hand_in("deleted_test", "p1", nb=deleted)
     return students
 
@@ -197,8 +211,11 @@ def _grades(db_path: Path, students) -> dict[tuple[str, str, str], dict]:
 
 def _notebook_scores(db_path: Path, students) -> dict[tuple[str, str], float]:
     with Gradebook(f"sqlite:///{db_path}") as gb:
-        return {(s, nb.name): float(nb.score)
-                for s in students for nb in gb.find_submission(ASSIGNMENT, s).notebooks}
+        return {
+            (s, nb.name): float(nb.score)
+            for s in students
+            for nb in gb.find_submission(ASSIGNMENT, s).notebooks
+        }
 
 
 @pytest.fixture(scope="module")
@@ -209,10 +226,12 @@ def graded(tmp_path_factory):
     _nbgrader(root, "autograde", ASSIGNMENT, f"--Execute.timeout={NBGRADER_CELL_TIMEOUT}")
     out = root / "OUT"
     _ours(root, out, "--timeout", str(OUR_TIMEOUT), "--workers", "2")
-    results = {s: json.loads((out / s / ASSIGNMENT / "results.json").read_text())
-               for s in students}
+    results = {s: json.loads((out / s / ASSIGNMENT / "results.json").read_text()) for s in students}
     return {
-        "root": root, "out": out, "students": students, "results": results,
+        "root": root,
+        "out": out,
+        "students": students,
+        "results": results,
         "theirs": _grades(root / "gradebook.db", students),
         "ours": _grades(out / "gradebook.db", students),
         "their_notebooks": _notebook_scores(root / "gradebook.db", students),
@@ -244,8 +263,9 @@ def test_every_grade_cell_scores_as_in_nbgrader(graded):
     for key in sorted(theirs):
         want = DOCUMENTED_DIFFERENCES.get(key, theirs[key]["score"])
         if ours[key]["score"] != pytest.approx(want):
-            differences.append(f"{key}: nbgrader {theirs[key]['score']} "
-                               f"(expected here {want}), ours {ours[key]['score']}")
+            differences.append(
+                f"{key}: nbgrader {theirs[key]['score']} (expected here {want}), ours {ours[key]['score']}"
+            )
     assert not differences, "\n".join(differences)
 
 
@@ -262,8 +282,12 @@ def test_manually_graded_cells(graded):
     """nbgrader's grade + solution cells, code and markdown, in submitted notebooks: the same
     auto_score and needs_manual_grade as nbgrader in the gradebook; in results.json,
     needs_manual_grade and 0 points (README.md), so max_score is nbgrader's too."""
-    manual = {("p1", "baz"), ("p1", "quux"), ("p2", "sum_of_squares_equation"),
-              ("p2", "sum_of_squares_application")}
+    manual = {
+        ("p1", "baz"),
+        ("p1", "quux"),
+        ("p2", "sum_of_squares_equation"),
+        ("p2", "sum_of_squares_application"),
+    }
     for student, notebooks in graded["students"].items():
         for notebook, grade_id in manual:
             if notebook not in notebooks:
@@ -308,8 +332,7 @@ def test_cheat_attempts_gain_nothing(graded):
     """submitted-cheat-attempt*.ipynb replace IPython's showtraceback so that errors vanish;
     nbgrader reads the kernel's execute reply and still scores `assert a == 1` as 0."""
     for student in ("cheat", "cheat_alt", "grade_cell_changed", "locked_cell_changed"):
-        tests = {t["grade_id"]: t for t in graded["results"][student]["tests"]
-                 if t["notebook"] == "p1"}
+        tests = {t["grade_id"]: t for t in graded["results"][student]["tests"] if t["notebook"] == "p1"}
         assert tests["bar"]["points"] == 0, (student, tests["bar"])  # `a` is never set
         assert tests["foo"]["points"] == 1, (student, tests["foo"])
     notes = " ".join(graded["results"]["grade_cell_changed"]["notes"])
@@ -317,13 +340,11 @@ def test_cheat_attempts_gain_nothing(graded):
 
 
 def test_hidden_tests_are_graded(graded):
-    hidden = {t["grade_id"]: t for t in graded["results"]["hidden"]["tests"]
-              if t["notebook"] == "p5"}
+    hidden = {t["grade_id"]: t for t in graded["results"]["hidden"]["tests"] if t["notebook"] == "p5"}
     assert hidden["correct_squares"]["points"] == 0
     assert hidden["correct_sum_of_squares"]["points"] == 0
     assert graded["our_notebooks"][("hidden", "p5")] == 1.5
-    for student, score in (("autotest_unchanged", 0), ("autotest_wrong", 0),
-                           ("autotest_right", 1)):
+    for student, score in (("autotest_unchanged", 0), ("autotest_wrong", 0), ("autotest_right", 1)):
         assert graded["our_notebooks"][(student, "p6")] == score, student
     # the autograded notebook holds the hidden tests again, as nbgrader's does
     autograded = graded["out"] / "autograded" / "hidden" / ASSIGNMENT / "p5.ipynb"
@@ -343,16 +364,19 @@ def test_several_notebooks_missing_and_extra(graded):
     assert any("p2.ipynb" in n for n in result["notes"])
     assert not (graded["out"] / "autograded" / "missing" / ASSIGNMENT / "p1 copy.ipynb").exists()
     assert result["score"] == 2  # p1 as submitted-changed; the extra notebook is ignored
-    assert (graded["our_notebooks"][("missing", "p1")]
-            == graded["their_notebooks"][("missing", "p1")])
+    assert graded["our_notebooks"][("missing", "p1")] == graded["their_notebooks"][("missing", "p1")]
 
 
 def test_side_effects_stay_out_of_the_course(graded):
     root = graded["root"]
     # nbgrader runs in (and leaves the file in) its autograded folder, never in submitted/
     assert (root / "autograded" / "unchanged" / ASSIGNMENT / "side-effect.txt").exists()
-    for folder in (root / "submitted" / "unchanged" / ASSIGNMENT, root / "source" / ASSIGNMENT,
-                   root, graded["out"]):
+    for folder in (
+        root / "submitted" / "unchanged" / ASSIGNMENT,
+        root / "source" / ASSIGNMENT,
+        root,
+        graded["out"],
+    ):
         assert not (folder / "side-effect.txt").exists(), folder
 
 

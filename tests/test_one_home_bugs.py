@@ -40,8 +40,9 @@ def bug_branches(source: str) -> list[str]:
 def test_no_reference_module_names_a_bug():
     modules = sorted(REFERENCE.rglob("*.py"))
     assert len(modules) > 5
-    found = [f"{path.name}:{where}" for path in modules
-             for where in bug_branches(path.read_text(encoding="utf-8"))]
+    found = [
+        f"{path.name}:{where}" for path in modules for where in bug_branches(path.read_text(encoding="utf-8"))
+    ]
     assert found == [], "a bug branch in grader.reference:\n" + "\n".join(found)
 
 

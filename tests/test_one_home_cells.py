@@ -44,8 +44,12 @@ def test_only_cell_rules_reads_the_cell_flags_and_points():
 
 def test_the_pattern_finds_a_second_definition(tmp_path):
     """What the scan above would report, on lines written the ways the old copies were."""
-    copies = ['if meta.get("solution"):', "kind = meta['grade']", 'float(m.get("points", 0))',
-              'bool(meta.get( "locked"))']
+    copies = [
+        'if meta.get("solution"):',
+        "kind = meta['grade']",
+        'float(m.get("points", 0))',
+        'bool(meta.get( "locked"))',
+    ]
     assert all(FLAG_READ.search(line) for line in copies)
     assert not any(FLAG_READ.search(line) for line in ['t["points"]', 'meta["grade_id"]', 'get("grade_id")'])
 
@@ -58,15 +62,25 @@ def _cell(cell_type="code", **nbgrader):
     return cell
 
 
-@pytest.mark.parametrize("cell, test, solution, locked, grade, points", [
-    (_cell(grade=True, solution=False, points=2, grade_id="t"), True, False, True, True, 2.0),
-    (_cell(grade=False, solution=True, grade_id="s"), False, True, False, False, 0.0),
-    (_cell(grade=True, solution=True, points=3, grade_id="m"), False, True, False, True, 3.0),
-    (_cell("markdown", grade=True, solution=True, points=1, grade_id="w"), False, False, False, True, 1.0),
-    (_cell(locked=True, grade_id="g"), False, False, True, False, 0.0),
-    (_cell(), False, False, False, False, 0.0),
-    ({"cell_type": "code", "metadata": ["not", "a", "dict"]}, False, False, False, False, 0.0),
-])
+@pytest.mark.parametrize(
+    "cell, test, solution, locked, grade, points",
+    [
+        (_cell(grade=True, solution=False, points=2, grade_id="t"), True, False, True, True, 2.0),
+        (_cell(grade=False, solution=True, grade_id="s"), False, True, False, False, 0.0),
+        (_cell(grade=True, solution=True, points=3, grade_id="m"), False, True, False, True, 3.0),
+        (
+            _cell("markdown", grade=True, solution=True, points=1, grade_id="w"),
+            False,
+            False,
+            False,
+            True,
+            1.0,
+        ),
+        (_cell(locked=True, grade_id="g"), False, False, True, False, 0.0),
+        (_cell(), False, False, False, False, 0.0),
+        ({"cell_type": "code", "metadata": ["not", "a", "dict"]}, False, False, False, False, 0.0),
+    ],
+)
 def test_the_rules_on_each_kind_of_cell(cell, test, solution, locked, grade, points):
     assert cell_rules.is_test_cell(cell) is test
     assert cell_rules.is_solution_cell(cell) is solution

@@ -273,8 +273,12 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
         ("Llama 3 8B", PAPER),
         ("4,096 positions", CODE),
         ("with its 8 key/value heads", PAPER),
-        ("with 8 query heads is trained with 8 key/value heads (MHA), 2 (GQA, a quarter of the query heads) "
-         "and 1 (MQA)", CODE),
+        (
+            "with 8 query heads is trained with 8 key/value heads (MHA), "
+            "2 (GQA, a quarter of the query heads) "
+            "and 1 (MQA)",
+            CODE,
+        ),
         ("the median of 21 steps", CODE),
         ("for 8, 2 and 1 key/value heads", CODE),
     ],

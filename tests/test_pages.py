@@ -216,8 +216,10 @@ def test_the_static_rule_sees_hidden_figures():
         "(not assigned, no ';')",
         "code cell 5 draws with pyplot but does not end with plt.show()",
     ]
-    mixed = ["import matplotlib.pyplot as plt\nfrom book_figures import show_heatmaps",
-             "show_heatmaps([[1.0]])\nplt.show()"]
+    mixed = [
+        "import matplotlib.pyplot as plt\nfrom book_figures import show_heatmaps",
+        "show_heatmaps([[1.0]])\nplt.show()",
+    ]
     assert "mixes pyplot with a figure helper" in hidden_figures(mixed)[0]
 
 
@@ -228,8 +230,9 @@ def test_a_real_kernel_shows_exactly_the_figures_the_rule_expects(tmp_path):
     from nbclient import NotebookClient
 
     notebook = figure_notebook(FIGURE_CELLS)
-    NotebookClient(notebook, kernel_name="python3", timeout=120, resources={
-        "metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     problems = figure_problems(notebook)
     assert [line.split(" ")[2] for line in problems] == ["2", "3"], problems
     assert all("shows no image" in line for line in problems)
@@ -273,8 +276,11 @@ def test_chapter_titles_agree_between_the_landing_page_and_the_chapters():
     intro = (ROOT / "intro.md").read_text(encoding="utf-8")
     entries = re.findall(r"^\d+\. \*\*(.+?)\*\* \(\[start reading\]\(([^)]+)\)\)", intro, re.M)
     assert len(entries) >= 7, entries
-    differ = [(title, first_heading(ROOT / target)) for title, target in entries
-              if title != first_heading(ROOT / target)]
+    differ = [
+        (title, first_heading(ROOT / target))
+        for title, target in entries
+        if title != first_heading(ROOT / target)
+    ]
     assert not differ, f"landing page title vs chapter page title: {differ}"
 
 
@@ -289,8 +295,7 @@ def test_the_claims_audit_counts_itself_and_covers_every_page():
         kinds[kind] = kinds.get(kind, 0) + 1
     assert set(kinds) <= {"measured", "derived", "cited", "removed", "limit"}, kinds
     header = re.search(r"\*\*(.+?)\*\*, (\d+) claims", audit)
-    stated = dict((kind, int(n)) for n_kind in header.group(1).split(", ")
-                  for kind, n in [n_kind.split(" ")])
+    stated = dict((kind, int(n)) for n_kind in header.group(1).split(", ") for kind, n in [n_kind.split(" ")])
     assert stated == kinds and int(header.group(2)) == len(rows), (stated, kinds, len(rows))
     pages = ["intro.md", "notation.md", "closing.md"]
     pages += [str(p.relative_to(ROOT)) for p in ROOT.glob("chapters/[0-9][0-9]_*/*.md")]

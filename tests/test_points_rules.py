@@ -22,23 +22,33 @@ from grader.autograde.scoring import delegation_of, memory_budgets
 from grader.exercises import all_exercises
 from tests.notebook_runner import assignments, source_notebook
 
-SETUP_CH04 = ("from torch import nn\n"
-              "from attention_learner.blocks import given_attention as scaled_dot_product_attention_torch\n")
+SETUP_CH04 = (
+    "from torch import nn\n"
+    "from attention_learner.blocks import given_attention as scaled_dot_product_attention_torch\n"
+)
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 
 
 # ---------------------------------------------------------------- delegation
 
 
-@pytest.mark.parametrize("code,reached", [
-    ("import torch.nn.functional as F\ndef f(Q, K, V):\n    return F.scaled_dot_product_attention(Q, K, V)\n",
-     SDPA),
-    ("from torch.nn.functional import scaled_dot_product_attention as s\n", SDPA),
-    ("import torch\nsdpa = torch.nn.functional.scaled_dot_product_attention\n", SDPA),
-    ("import torch\nf = getattr(torch.nn.functional, 'scaled_dot_product_attention')\n", SDPA),
-    ("from attention_learner import blocks\ng = blocks.given_attention\n",
-     "attention_learner.blocks.given_attention"),
-])
+@pytest.mark.parametrize(
+    "code,reached",
+    [
+        (
+            "import torch.nn.functional as F\ndef f(Q, K, V):\n"
+            "    return F.scaled_dot_product_attention(Q, K, V)\n",
+            SDPA,
+        ),
+        ("from torch.nn.functional import scaled_dot_product_attention as s\n", SDPA),
+        ("import torch\nsdpa = torch.nn.functional.scaled_dot_product_attention\n", SDPA),
+        ("import torch\nf = getattr(torch.nn.functional, 'scaled_dot_product_attention')\n", SDPA),
+        (
+            "from attention_learner import blocks\ng = blocks.given_attention\n",
+            "attention_learner.blocks.given_attention",
+        ),
+    ],
+)
 def test_a_solution_that_reaches_its_exercises_implementation_delegates(code, reached):
     found = analyse({"scaled_dot_product_attention_torch": code})
     assert found.delegated == {"scaled_dot_product_attention_torch": [reached]}
@@ -54,22 +64,26 @@ def test_a_subclass_of_a_given_block_delegates_through_the_setup_cells_alias():
 def test_a_helper_in_another_solution_cell_is_followed():
     cells = {
         "split_heads": "import torch.nn.functional as F\ndef helper(q, k, v):\n"
-                       "    return F.scaled_dot_product_attention(q, k, v)\n",
+        "    return F.scaled_dot_product_attention(q, k, v)\n",
         "scaled_dot_product_attention_torch": "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
-                                              "    return helper(Q, K, V)\n",
+        "    return helper(Q, K, V)\n",
     }
     assert "scaled_dot_product_attention_torch" in analyse(cells).delegated
 
 
 def test_a_block_given_for_a_later_chapter_stays_usable_there():
-    mha = ("class MultiHeadAttention(nn.Module):\n    def forward(self, q, k, v, mask=None):\n"
-           "        return scaled_dot_product_attention_torch(q, k, v, mask)\n")
+    mha = (
+        "class MultiHeadAttention(nn.Module):\n    def forward(self, q, k, v, mask=None):\n"
+        "        return scaled_dot_product_attention_torch(q, k, v, mask)\n"
+    )
     assert analyse({"MultiHeadAttention": mha}, [SETUP_CH04]).delegated == {}
 
 
 def test_local_names_do_not_link_cells():
-    cells = {"softmax": "def softmax(z, axis=-1):\n    e = 1\n    return e\n",
-             "attend": "import torch\ndef attend(q, K, V):\n    e = torch.softmax(q, 0)\n    return e\n"}
+    cells = {
+        "softmax": "def softmax(z, axis=-1):\n    e = 1\n    return e\n",
+        "attend": "import torch\ndef attend(q, K, V):\n    e = torch.softmax(q, 0)\n    return e\n",
+    }
     assert analyse(cells).delegated == {}  # `e` is local to each function; attend may use torch.softmax
 
 
@@ -93,8 +107,16 @@ def test_the_course_solutions_delegate_nothing():
 
 def test_delegation_of_reads_a_solution_cell_of_a_real_notebook():
     """The same call catches a solution notebook whose softmax cell hands the work to torch."""
-    nb = source_notebook(next(a for a in assignments() if any(
-        (c.metadata.get("nbgrader") or {}).get("grade_id") == "softmax" for c in source_notebook(a).cells)))
+    nb = source_notebook(
+        next(
+            a
+            for a in assignments()
+            if any(
+                (c.metadata.get("nbgrader") or {}).get("grade_id") == "softmax"
+                for c in source_notebook(a).cells
+            )
+        )
+    )
     submitted = copy.deepcopy(nb)
     cell = next(c for c in submitted.cells if (c.metadata.get("nbgrader") or {}).get("grade_id") == "softmax")
     cell.source = "import torch\ndef softmax(z, axis=-1):\n    return torch.softmax(z, axis)\n"
@@ -154,8 +176,9 @@ def test_check_close_is_judged_here_and_cannot_earn_a_cell():
     assert not want.earns
     assert judge_close(want, {"got": np.ones(3), "expected": np.ones(3)}) == ""
     assert "the hand-worked case" in judge_close(want, {"got": np.zeros(3), "expected": np.ones(3)})
-    forged = Record(recording.CLOSE_CHECK, 0, {"what": "x", "atol": 1e9}, "", {"got": np.zeros(3),
-                                                                               "expected": np.ones(3)})
+    forged = Record(
+        recording.CLOSE_CHECK, 0, {"what": "x", "atol": 1e9}, "", {"got": np.zeros(3), "expected": np.ones(3)}
+    )
     assert rejudge([want], [forged]) is not None  # the source's atol, not the child's
 
 
@@ -166,13 +189,19 @@ def test_the_memory_case_gives_its_test_cell_a_budget():
     nb = source_notebook("07_attention_at_scale")
     cells = {i: c for i, c in enumerate(nb.cells) if c.cell_type == "code"}
     grade_ids = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in cells.items()}
-    expected = {"test_online_softmax_attention__memory": [
-        ExpectedCheck("online_softmax_attention", 13, {}),
-        ExpectedCheck("online_softmax_attention__memory", 14, {})],
-        "test_KVCache": [ExpectedCheck("KVCache", 1, {})]}
+    expected = {
+        "test_online_softmax_attention__memory": [
+            ExpectedCheck("online_softmax_attention", 13, {}),
+            ExpectedCheck("online_softmax_attention__memory", 14, {}),
+        ],
+        "test_KVCache": [ExpectedCheck("KVCache", 1, {})],
+    }
     budgets = memory_budgets(cells, expected)
-    assert budgets == {grade_ids["test_online_softmax_attention__memory"]:
-                       all_exercises()["online_softmax_attention__memory"].memory_budget}
+    assert budgets == {
+        grade_ids["test_online_softmax_attention__memory"]: all_exercises()[
+            "online_softmax_attention__memory"
+        ].memory_budget
+    }
 
 
 def test_a_lowered_memory_limit_holds_for_the_rest_of_the_process():

@@ -34,11 +34,14 @@ try:
     import sqlalchemy
     from sqlalchemy.engine import make_url
 except ImportError as exc:  # psycopg is in the test extra: pip install -e ".[test]"
-    pytest.skip(f"psycopg is not installed ({exc}); pip install 'psycopg[binary]'",
-                allow_module_level=True)
+    pytest.skip(f"psycopg is not installed ({exc}); pip install 'psycopg[binary]'", allow_module_level=True)
 
-pytestmark = [pytest.mark.postgres, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("postgres")]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("postgres"),
+]
 
 A = "03_scaled_dot_product"
 FULL = 10.0
@@ -59,8 +62,10 @@ def pg_base_url() -> Iterator[str]:
         return
     bin_dir = find_bin_dir()
     if bin_dir is None:
-        pytest.skip(f"PostgreSQL is not installed (no initdb and pg_ctl under /usr/lib/postgresql/"
-                    f"*/bin or on PATH) and {URL_VARIABLE} is not set")
+        pytest.skip(
+            f"PostgreSQL is not installed (no initdb and pg_ctl under /usr/lib/postgresql/"
+            f"*/bin or on PATH) and {URL_VARIABLE} is not set"
+        )
     server = PostgresServer.start(bin_dir=bin_dir)
     try:
         yield server.url
@@ -96,8 +101,10 @@ def row_counts(url: str) -> dict[str, int]:
     try:
         with engine.connect() as connection:
             tables = sqlalchemy.inspect(connection).get_table_names()
-            return {t: connection.execute(sqlalchemy.text(f'SELECT count(*) FROM "{t}"')).scalar_one()
-                    for t in tables}
+            return {
+                t: connection.execute(sqlalchemy.text(f'SELECT count(*) FROM "{t}"')).scalar_one()
+                for t in tables
+            }
     finally:
         engine.dispose()
 
@@ -111,10 +118,16 @@ def grade_rows(url: str) -> list[tuple]:
     engine = sqlalchemy.create_engine(url)
     try:
         with engine.connect() as connection:
-            return [tuple(r) for r in connection.execute(sqlalchemy.text(
-                "SELECT sa.student_id, g.id, g.auto_score, g.manual_score, g.needs_manual_grade "
-                "FROM grade g JOIN submitted_notebook sn ON g.notebook_id = sn.id "
-                "JOIN submitted_assignment sa ON sn.assignment_id = sa.id ORDER BY g.id"))]
+            return [
+                tuple(r)
+                for r in connection.execute(
+                    sqlalchemy.text(
+                        "SELECT sa.student_id, g.id, g.auto_score, g.manual_score, g.needs_manual_grade "
+                        "FROM grade g JOIN submitted_notebook sn ON g.notebook_id = sn.id "
+                        "JOIN submitted_assignment sa ON sn.assignment_id = sa.id ORDER BY g.id"
+                    )
+                )
+            ]
     finally:
         engine.dispose()
 
@@ -187,18 +200,29 @@ def _probe(url: str) -> object:
         "    raise RuntimeError(f'the grading child read the database password in {_found}')\n\n"
     )
     nb = with_cell(solved, "softmax_jacobian", tcp + _cell_source(solved, "softmax_jacobian"))
-    nb = with_cell(nb, "scaled_dot_product_attention_torch",
-               snoop + _cell_source(solved, "scaled_dot_product_attention_torch"))
-    return with_cell(nb, "scaled_dot_product_attention",
-                 login + _cell_source(solved, "scaled_dot_product_attention"))
+    nb = with_cell(
+        nb,
+        "scaled_dot_product_attention_torch",
+        snoop + _cell_source(solved, "scaled_dot_product_attention_torch"),
+    )
+    return with_cell(
+        nb, "scaled_dot_product_attention", login + _cell_source(solved, "scaled_dot_product_attention")
+    )
 
 
 def _write_class(submitted: Path, url: str) -> None:
     solved = solved_notebook(A)
-    partial = with_cell(solved, "softmax_jacobian",
-                    "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n")
-    notebooks = {"correct": solved, "stub": learner_notebook(A), "partial": partial,
-                 QUOTED: solved, UNICODE: partial, "net_probe": _probe(url)}
+    partial = with_cell(
+        solved, "softmax_jacobian", "def softmax_jacobian(p):\n    return np.outer(p, p) - np.diag(p)\n"
+    )
+    notebooks = {
+        "correct": solved,
+        "stub": learner_notebook(A),
+        "partial": partial,
+        QUOTED: solved,
+        UNICODE: partial,
+        "net_probe": _probe(url),
+    }
     for student, nb in notebooks.items():
         folder = submitted / student / A
         folder.mkdir(parents=True)
@@ -213,10 +237,21 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(env, PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""), **extra)
 
 
-def autograde(submitted: Path, out: Path, db: str | None = None,
-              **env: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--timeout", "20", "--workers", "2", "--quiet"] + (["--db", db] if db else [])
+def autograde(submitted: Path, out: Path, db: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--timeout",
+        "20",
+        "--workers",
+        "2",
+        "--quiet",
+    ] + (["--db", db] if db else [])
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=_env(**env))
 
 
@@ -241,9 +276,15 @@ def graded(pg_base_url, tmp_path_factory) -> Iterator[dict]:
         assert lite.returncode == 0, lite.stderr[-4000:]
         students = sorted(p.name for p in (root / "submitted").iterdir())
         # net_probe finds the password in the PostgreSQL run's command line, not in SQLite's
-        yield {"root": root, "submitted": root / "submitted", "url": url, "out": root / "out_pg",
-               "sqlite": root / "out_sqlite", "students": students,
-               "compared": [s for s in students if s != "net_probe"]}
+        yield {
+            "root": root,
+            "submitted": root / "submitted",
+            "url": url,
+            "out": root / "out_pg",
+            "sqlite": root / "out_sqlite",
+            "students": students,
+            "compared": [s for s in students if s != "net_probe"],
+        }
     finally:
         drop_database(pg_base_url, url)
 
@@ -258,23 +299,33 @@ def _grades_csv(path: Path) -> dict[str, dict[str, str]]:
 
 
 def _essentials(res: dict) -> dict:
-    return {"score": res["score"], "max_score": res["max_score"], "status": res["status"],
-            "tests": [(t["grade_id"], t["points"], t["max_points"], t["status"])
-                      for t in res["tests"]]}
+    return {
+        "score": res["score"],
+        "max_score": res["max_score"],
+        "status": res["status"],
+        "tests": [(t["grade_id"], t["points"], t["max_points"], t["status"]) for t in res["tests"]],
+    }
 
 
 # ------------------------------------------------------------------ the tests
 
 
 def test_scores_equal_the_sqlite_gradebook(graded):
-    expected = {"correct": FULL, "stub": 0.0, "partial": FULL - 2, QUOTED: FULL, UNICODE: FULL - 2,
-                "no_notebook": 0.0}
+    expected = {
+        "correct": FULL,
+        "stub": 0.0,
+        "partial": FULL - 2,
+        QUOTED: FULL,
+        UNICODE: FULL - 2,
+        "no_notebook": 0.0,
+    }
     for student, score in expected.items():  # the comparison below is not between two zeros
         assert _results(graded["out"], student)["score"] == score, student
         assert _results(graded["out"], student)["max_score"] == FULL, student
     for student in graded["compared"]:
-        assert _essentials(_results(graded["out"], student)) == \
-            _essentials(_results(graded["sqlite"], student)), student
+        assert _essentials(_results(graded["out"], student)) == _essentials(
+            _results(graded["sqlite"], student)
+        ), student
     on_postgres = _grades_csv(graded["out"] / "grades.csv")
     on_sqlite = _grades_csv(graded["sqlite"] / "grades.csv")
     assert set(on_postgres) == set(on_sqlite) == set(graded["students"])
@@ -286,8 +337,9 @@ def test_postgres_gradebook_holds_what_sqlite_holds(graded):
     on_sqlite = gradebook_scores(f"sqlite:///{graded['sqlite'] / 'gradebook.db'}")
     assert on_postgres.keys() == on_sqlite.keys()
     assert {key[0] for key in on_postgres} == set(graded["students"])
-    assert {k: v for k, v in on_postgres.items() if k[0] in graded["compared"]} == \
-        {k: v for k, v in on_sqlite.items() if k[0] in graded["compared"]}
+    assert {k: v for k, v in on_postgres.items() if k[0] in graded["compared"]} == {
+        k: v for k, v in on_sqlite.items() if k[0] in graded["compared"]
+    }
     assert not (graded["out"] / "gradebook.db").exists()  # --db was used, not the default
     tables = row_counts(graded["url"])
     assert {"alembic_version", "grade", "submitted_assignment", "student"} <= set(tables)
@@ -298,9 +350,21 @@ def test_nbgrader_export_reads_the_postgres_gradebook(graded, tmp_path):
     course = tmp_path / "course"  # an instructor's course folder with no gradebook of its own
     course.mkdir()
     exported = tmp_path / "export.csv"
-    run = subprocess.run([str(BIN / "nbgrader"), "export", "--db", graded["url"],
-                          f"--CourseDirectory.root={course}", f"--CsvExportPlugin.to={exported}"],
-                         cwd=course, capture_output=True, text=True, env=_env(), timeout=300)
+    run = subprocess.run(
+        [
+            str(BIN / "nbgrader"),
+            "export",
+            "--db",
+            graded["url"],
+            f"--CourseDirectory.root={course}",
+            f"--CsvExportPlugin.to={exported}",
+        ],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     rows = _grades_csv(exported)
     ours = _grades_csv(graded["out"] / "grades.csv")
@@ -330,8 +394,7 @@ def test_quoted_and_unicode_student_ids_round_trip(graded):
 
 def test_rerun_keeps_everything_and_duplicates_nothing(graded):
     counts, grades = row_counts(graded["url"]), grade_rows(graded["url"])
-    stamps = {s: (graded["out"] / s / A / "results.json").stat().st_mtime_ns
-              for s in graded["students"]}
+    stamps = {s: (graded["out"] / s / A / "results.json").stat().st_mtime_ns for s in graded["students"]}
     run = autograde(graded["submitted"], graded["out"], graded["url"])
     assert run.returncode == 0, run.stderr[-4000:]
     assert f"0 graded, {len(graded['students'])} unchanged (kept)" in run.stdout
@@ -352,8 +415,9 @@ def test_regrading_into_the_same_database_updates_rows_in_place(graded, tmp_path
     passfile = tmp_path / "pgpass"
     passfile.write_text(f"{url.host}:{url.port}:{url.database}:{url.username}:{url.password}\n")
     passfile.chmod(0o600)
-    bare = sqlalchemy.engine.URL.create(url.drivername, url.username, None, url.host, url.port,
-                                        url.database).render_as_string(hide_password=False)
+    bare = sqlalchemy.engine.URL.create(
+        url.drivername, url.username, None, url.host, url.port, url.database
+    ).render_as_string(hide_password=False)
     assert url.password not in bare
     run = autograde(graded["submitted"], tmp_path / "out", bare, PGPASSFILE=str(passfile))
     assert run.returncode == 0, run.stderr[-4000:]
@@ -362,8 +426,9 @@ def test_regrading_into_the_same_database_updates_rows_in_place(graded, tmp_path
     after = grade_rows(graded["url"])
     assert [row[:2] for row in after] == [row[:2] for row in before]  # the same grade rows
     # the same scores, except where net_probe's password probe found no password this time
-    assert [row for row in after if row[0] in graded["compared"]] == \
-        [row for row in before if row[0] in graded["compared"]]
+    assert [row for row in after if row[0] in graded["compared"]] == [
+        row for row in before if row[0] in graded["compared"]
+    ]
     again, first = _grades_csv(tmp_path / "out" / "grades.csv"), _grades_csv(graded["out"] / "grades.csv")
     assert set(again) == set(first)
     assert all(again[s] == first[s] for s in graded["compared"])
@@ -371,21 +436,29 @@ def test_regrading_into_the_same_database_updates_rows_in_place(graded, tmp_path
 
 def _probe_errors(graded) -> dict[str, str]:
     """Solution cell -> the RuntimeError its probe raised, in the executed net_probe notebook."""
-    executed = nbformat.read(graded["out"] / "autograded" / "net_probe" / A / f"{A}.ipynb",
-                             as_version=4)
-    return {grade_id(c): o["evalue"] for c in executed.cells if c.cell_type == "code"
-            for o in c.outputs if o["output_type"] == "error" and o["ename"] == "RuntimeError"}
+    executed = nbformat.read(graded["out"] / "autograded" / "net_probe" / A / f"{A}.ipynb", as_version=4)
+    return {
+        grade_id(c): o["evalue"]
+        for c in executed.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o["output_type"] == "error" and o["ename"] == "RuntimeError"
+    }
 
 
 def test_grading_children_cannot_reach_the_database(graded):
     """The sandbox gives each child its own network namespace: 127.0.0.1 is not the host's."""
     errors = _probe_errors(graded)
-    reached = {cell: errors[cell] for cell in ("scaled_dot_product_attention", "softmax_jacobian")
-               if cell in errors}
+    reached = {
+        cell: errors[cell] for cell in ("scaled_dot_product_attention", "softmax_jacobian") if cell in errors
+    }
     assert not reached, f"the grading child reached PostgreSQL: {reached}"
     res = _results(graded["out"], "net_probe")
-    lost = {t["grade_id"]: t["message"] for t in res["tests"]
-            if t["points"] < t["max_points"] and "torch" not in t["grade_id"]}
+    lost = {
+        t["grade_id"]: t["message"]
+        for t in res["tests"]
+        if t["points"] < t["max_points"] and "torch" not in t["grade_id"]
+    }
     assert not lost, lost
 
 
@@ -394,6 +467,9 @@ def test_grading_children_cannot_read_the_database_password(graded):
     errors = _probe_errors(graded)
     assert "scaled_dot_product_attention_torch" not in errors, errors
     res = _results(graded["out"], "net_probe")
-    lost = {t["grade_id"]: t["message"] for t in res["tests"]
-            if t["points"] < t["max_points"] and "torch" in t["grade_id"]}
+    lost = {
+        t["grade_id"]: t["message"]
+        for t in res["tests"]
+        if t["points"] < t["max_points"] and "torch" in t["grade_id"]
+    }
     assert not lost, lost

@@ -23,8 +23,14 @@ import pytest
 from grader.paths import ROOT
 
 PACKAGES = ("grader", "attention_learner", "book_figures", "tests", "benchmarks")
-DOCUMENTS = ("README.md", "ARCHITECTURE.md", "SECURITY.md", "INSTRUCTORS.md", "CONTRIBUTING.md",
-             "learner/README.md")
+DOCUMENTS = (
+    "README.md",
+    "ARCHITECTURE.md",
+    "SECURITY.md",
+    "INSTRUCTORS.md",
+    "CONTRIBUTING.md",
+    "learner/README.md",
+)
 
 # a path into the repository (it starts with one of its top-level folders) or one of its
 # documents (an upper-case name such as SECURITY.md); names of files that code creates at run

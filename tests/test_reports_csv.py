@@ -19,10 +19,24 @@ FORMULAS = ['=HYPERLINK("http://x")', "+1", "-1", "@SUM(A1)", "\tTAB", "\rCR"]
 
 
 def _result(student: str, score: float, grade_id: str = "test_a") -> dict:
-    return {"student_id": student, "assignment": "a1", "score": score, "max_score": 2.0,
-            "status": "graded", "tests": [{"notebook": "a1", "grade_id": grade_id, "exercise": "a",
-                                           "points": score, "max_points": 2.0, "status": "passed",
-                                           "message": ""}]}
+    return {
+        "student_id": student,
+        "assignment": "a1",
+        "score": score,
+        "max_score": 2.0,
+        "status": "graded",
+        "tests": [
+            {
+                "notebook": "a1",
+                "grade_id": grade_id,
+                "exercise": "a",
+                "points": score,
+                "max_points": 2.0,
+                "status": "passed",
+                "message": "",
+            }
+        ],
+    }
 
 
 def _rows(path: Path, **options) -> list[list]:
@@ -46,8 +60,10 @@ def test_scores_stay_numbers_a_negative_one_included(tmp_path):
     path = reports.write_grades_csv(tmp_path, [_result("-1", -1.5), _result("bob", 2.0)])
     header, *rows = _rows(path, quoting=csv.QUOTE_NONNUMERIC)
     assert header[:6] == ["student_id", "assignment", "score", "max_score", "status", "test_a"]
-    assert [row[:6] for row in rows] == [["'-1", "a1", -1.5, 2.0, "graded", -1.5],
-                                         ["bob", "a1", 2.0, 2.0, "graded", 2.0]]
+    assert [row[:6] for row in rows] == [
+        ["'-1", "a1", -1.5, 2.0, "graded", -1.5],
+        ["bob", "a1", 2.0, 2.0, "graded", 2.0],
+    ]
 
 
 def test_a_column_named_like_a_formula_is_text_too(tmp_path):
@@ -60,8 +76,12 @@ def test_names_that_are_not_utf8_are_escaped_in_grades_csv_and_results(tmp_path)
     extra = {**_result(student, 0.0), "status": "invalid", "tests": []}
     path = reports.write_grades_csv(tmp_path, [], [extra])
     assert _rows(path)[1][0] == r"\xff\xfebob"
-    result = {**_result("bob", 1.0), "message": "", "flags": [],
-              "notes": ["not copied: " + b"huge\xff.bin".decode("utf-8", "surrogateescape")]}
+    result = {
+        **_result("bob", 1.0),
+        "message": "",
+        "flags": [],
+        "notes": ["not copied: " + b"huge\xff.bin".decode("utf-8", "surrogateescape")],
+    }
     written = reports.write_results(tmp_path, result)
     assert json.loads(written.read_text(encoding="utf-8"))["notes"] == [r"not copied: huge\xff.bin"]
     assert r"huge\xff.bin" in (written.parent / "feedback.html").read_text(encoding="utf-8")
@@ -69,7 +89,16 @@ def test_names_that_are_not_utf8_are_escaped_in_grades_csv_and_results(tmp_path)
 
 def test_the_cell_rule(tmp_path):
     assert [reports.csv_cell(v) for v in (-1, -1.5, 0, "-1", "a-b", " =1", "", None, True)] == [
-        -1, -1.5, 0, "'-1", "a-b", " =1", "", "", "True"]
+        -1,
+        -1.5,
+        0,
+        "'-1",
+        "a-b",
+        " =1",
+        "",
+        "",
+        "True",
+    ]
 
 
 def test_every_csv_writer_of_the_grader_is_write_csv():

@@ -69,7 +69,8 @@ def test_every_graded_memory_budget_and_counter_has_its_rule():
         assert "memory" in {r.kind for r in rules.exercise_rules(function)}, function
     assert "loops" in {r.kind for r in rules.exercise_rules("dot_product_attention")}
     assert "rows_taken_one_at_a_time" in get_exercise("dot_product_attention").expected(
-        get_exercise("dot_product_attention").make_inputs(np.random.default_rng(0)))
+        get_exercise("dot_product_attention").make_inputs(np.random.default_rng(0))
+    )
     counted = [r.sentence for r in rules.exercise_rules("greedy_decode") if r.kind == "counted"]
     assert any("at most once" in s for s in counted) and any("whole batch" in s for s in counted)
 
@@ -110,8 +111,10 @@ def _reference_decode(model, src, max_len, bos_id, eos_id, encode_when_empty=Tru
 
 def test_max_len_zero_may_encode_once_or_not_at_all():
     for encode in (True, False):
+
         def decode(model, src, max_len, bos_id, eos_id, encode=encode):
             return _reference_decode(model, src, max_len, bos_id, eos_id, encode_when_empty=encode)
+
         assert _decode_outputs(decode, stops=(1, None), max_len=0) == "", encode
 
 
@@ -119,6 +122,7 @@ def test_encoding_twice_or_at_every_step_fails_with_the_rule():
     def twice(model, src, max_len, bos_id, eos_id):
         model.encode(src)
         return _reference_decode(model, src, max_len, bos_id, eos_id)
+
     message = _decode_outputs(twice, stops=(2, 4, 1))
     assert "at most once" in message and "encode the source once" in message
     assert "at most once" in _decode_outputs(twice, stops=(1, None), max_len=0)
@@ -131,12 +135,13 @@ def test_a_batch_of_one_is_whole_and_a_loop_over_sentences_is_not():
         for b in range(len(src)):  # the loop over sentences the rule forbids
             tgt = torch.full((1, 1), bos_id, dtype=torch.int64)  # (1, 1)
             for _ in range(max_len):
-                nxt = model.decode(tgt, memory[b:b + 1])[:, -1].argmax(-1)  # (1,)
+                nxt = model.decode(tgt, memory[b : b + 1])[:, -1].argmax(-1)  # (1,)
                 tgt = torch.cat([tgt, nxt[:, None]], 1)
                 if nxt.item() == eos_id:
                     break
             rows.append(tgt[0, 1:])
         width = max(len(r) for r in rows)
         return torch.stack([torch.cat([r, r.new_full((width - len(r),), eos_id)]) for r in rows])
+
     assert _decode_outputs(per_sentence, stops=(3,)) == ""
     assert "whole batch" in _decode_outputs(per_sentence, stops=(None, None), max_len=3)

@@ -128,7 +128,7 @@ def test_markdown_cannot_open_a_tag_or_a_script_url(text):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
     make_inert(nb)
     body = _rendered(nb)
-    notebook_part = body[body.index('id="notebook-container"'):]
+    notebook_part = body[body.index('id="notebook-container"') :]
     assert "alert(1)" in notebook_part or "msgbox(1)" in notebook_part  # still readable as text
     assert not re.search(r"<(img|script|svg|iframe)\b", notebook_part, re.I)
     assert not re.search(r"""(href|src)=["']?\s*(javascript|vbscript):""", notebook_part, re.I)
@@ -138,8 +138,11 @@ def test_markdown_cannot_open_a_tag_or_a_script_url(text):
 def test_markdown_of_the_course_reads_as_before():
     from grader.autograde.inert_notebook import inert_text
 
-    for text in ("A softmax $p_i = e^{x_i} / \\sum_j e^{x_j}$ where a < b and 3<4.",
-                 "**bold**, `code`, [a link](https://example.org/x?a=1&b=2)", "x = 1 if y >= 2 else 0"):
+    for text in (
+        "A softmax $p_i = e^{x_i} / \\sum_j e^{x_j}$ where a < b and 3<4.",
+        "**bold**, `code`, [a link](https://example.org/x?a=1&b=2)",
+        "x = 1 if y >= 2 else 0",
+    ):
         assert inert_text(text) == text
 
 
@@ -149,29 +152,40 @@ def test_outputs_keep_text_and_images_only():
     from grader.autograde.inert_notebook import make_inert
 
     png = "iVBORw0KGgo="
-    cell = nbformat.v4.new_code_cell("x", outputs=[
-        nbformat.v4.new_output("display_data", {"text/html": "<script>alert(1)</script>",
-                                                "text/plain": "<HTML object>"}),
-        nbformat.v4.new_output("display_data", {"application/javascript": "alert(1)"}),
-        nbformat.v4.new_output("display_data", {"image/svg+xml": "<svg onload=alert(1)></svg>",
-                                                "image/png": png},
-                               metadata={"image/png": {"width": "1 onerror=alert(1)", "height": 4}}),
-        nbformat.v4.new_output("display_data", {"image/png": '"><script>alert(1)</script>'}),
-        nbformat.v4.new_output("stream", name="stdout", text="<b>printed</b>"),
-    ])
+    cell = nbformat.v4.new_code_cell(
+        "x",
+        outputs=[
+            nbformat.v4.new_output(
+                "display_data", {"text/html": "<script>alert(1)</script>", "text/plain": "<HTML object>"}
+            ),
+            nbformat.v4.new_output("display_data", {"application/javascript": "alert(1)"}),
+            nbformat.v4.new_output(
+                "display_data",
+                {"image/svg+xml": "<svg onload=alert(1)></svg>", "image/png": png},
+                metadata={"image/png": {"width": "1 onerror=alert(1)", "height": 4}},
+            ),
+            nbformat.v4.new_output("display_data", {"image/png": '"><script>alert(1)</script>'}),
+            nbformat.v4.new_output("stream", name="stdout", text="<b>printed</b>"),
+        ],
+    )
     nb = nbformat.v4.new_notebook(cells=[cell], metadata={"widgets": {"state": {}}, "title": "<script>"})
     removed = make_inert(nb)
     nbformat.validate(nb)
     outputs = nb.cells[0].outputs
     assert [sorted(o.get("data", {})) for o in outputs] == [
-        ["text/plain"], ["text/plain"], ["image/png", "text/plain"], ["text/plain"], []]
+        ["text/plain"],
+        ["text/plain"],
+        ["image/png", "text/plain"],
+        ["text/plain"],
+        [],
+    ]
     assert "not shown: text/html" in outputs[0].data["text/plain"]
     assert outputs[2].metadata == {"image/png": {"height": 4}}  # a width that is no number is gone
     assert outputs[4].text == "<b>printed</b>"  # text stays text: templates escape it
     assert {"text/html", "application/javascript", "image/svg+xml", "image/png"} <= set(removed)
     assert dict(nb.metadata) == {}
     body = _rendered(nb)
-    assert "alert(1)" not in body[body.index('id="notebook-container"'):]
+    assert "alert(1)" not in body[body.index('id="notebook-container"') :]
 
 
 def test_raw_cells_and_attachments_are_data():
@@ -181,8 +195,10 @@ def test_raw_cells_and_attachments_are_data():
 
     raw = nbformat.v4.new_raw_cell("<script>alert(1)</script>", metadata={"format": "text/html"})
     shown = nbformat.v4.new_markdown_cell("![x](attachment:x.svg)")
-    shown.attachments = {"x.svg": {"image/svg+xml": "PHN2ZyBvbmxvYWQ9YWxlcnQoMSk+"},
-                         "y.png": {"image/png": "iVBORw0KGgo="}}
+    shown.attachments = {
+        "x.svg": {"image/svg+xml": "PHN2ZyBvbmxvYWQ9YWxlcnQoMSk+"},
+        "y.png": {"image/png": "iVBORw0KGgo="},
+    }
     nb = nbformat.v4.new_notebook(cells=[raw, shown])
     make_inert(nb)
     assert nb.cells[0].metadata == {} and not re.search(r"<[a-z/]", nb.cells[0].source)

@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03]
 def test_every_test_cell_scores_as_in_nbgrader():
     run = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "grading.py"), "--n", "6"],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "scores agree on 6 of 6 submissions" in run.stdout, run.stdout[-3000:]

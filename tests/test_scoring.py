@@ -31,15 +31,18 @@ def finished(tmp_path, exitcode: int | None = 0, timed_out: bool = False, log: s
     return Finished(ChildJob("j1", str(tmp_path)), exitcode, timed_out, 12.0)
 
 
-@pytest.mark.parametrize("exitcode,timed_out,status,words", [
-    (0, False, Status.GRADED, ""),
-    (0, True, Status.TIMEOUT, "stopped after 12 s"),
-    (-signal.SIGSEGV, False, Status.CRASHED, "a segmentation fault"),
-    (-signal.SIGXCPU, False, Status.CRASHED, "used up its CPU time"),
-    (3, False, Status.CRASHED, "exited with status 3"),
-    (ChildExit.CELL_LOOP_FAILED, False, Status.CRASHED, "the grader failed"),
-    (ChildExit.JOB_NOT_STARTED, False, Status.CRASHED, "could not start"),
-])
+@pytest.mark.parametrize(
+    "exitcode,timed_out,status,words",
+    [
+        (0, False, Status.GRADED, ""),
+        (0, True, Status.TIMEOUT, "stopped after 12 s"),
+        (-signal.SIGSEGV, False, Status.CRASHED, "a segmentation fault"),
+        (-signal.SIGXCPU, False, Status.CRASHED, "used up its CPU time"),
+        (3, False, Status.CRASHED, "exited with status 3"),
+        (ChildExit.CELL_LOOP_FAILED, False, Status.CRASHED, "the grader failed"),
+        (ChildExit.JOB_NOT_STARTED, False, Status.CRASHED, "could not start"),
+    ],
+)
 def test_how_a_child_ended_is_read_from_the_exit_code(tmp_path, exitcode, timed_out, status, words):
     got, message, report = run_outcome(finished(tmp_path, exitcode, timed_out, log="last words"))
     assert got is status and words in message and report == {}
@@ -99,14 +102,21 @@ def notebook(*cells: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def graded_cell(grade_id: str, points: float = 2.0) -> nbformat.NotebookNode:
     cell = nbformat.v4.new_code_cell("check(...)")
-    cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "locked": True, "points": points,
-                                 "schema_version": 3, "solution": False}
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "grade_id": grade_id,
+        "locked": True,
+        "points": points,
+        "schema_version": 3,
+        "solution": False,
+    }
     return cell
 
 
 def test_score_notebook_decides_every_cells_points_here():
-    nb = notebook(nbformat.v4.new_markdown_cell("# t"), graded_cell("test_softmax_jacobian"),
-                  graded_cell("test_plain"))
+    nb = notebook(
+        nbformat.v4.new_markdown_cell("# t"), graded_cell("test_softmax_jacobian"), graded_cell("test_plain")
+    )
     report = {1: CellReport(1, [], [outputs_of(right_jacobian())]), 2: CellReport(2, [], [])}
     expected = {"test_softmax_jacobian": [CASE], "test_plain": []}
     tests = score_notebook("nb", nb, report, expected)
@@ -128,8 +138,14 @@ def test_a_delegated_exercise_scores_zero():
 
 
 def test_results_are_written_and_read_back_as_the_same_record(tmp_path):
-    result = SubmissionResult("ada", "03_scaled_dot_product", "f" * 8, "namespaces", flags=["review: x"],
-                              tests=[TestResult("nb", "test_softmax_jacobian", 2.0, 2.0, TestStatus.PASSED)])
+    result = SubmissionResult(
+        "ada",
+        "03_scaled_dot_product",
+        "f" * 8,
+        "namespaces",
+        flags=["review: x"],
+        tests=[TestResult("nb", "test_softmax_jacobian", 2.0, 2.0, TestStatus.PASSED)],
+    )
     text = json.dumps(result.to_json())
     back = SubmissionResult.from_json(json.loads(text))
     assert back == result and back.score == 2.0 and back.tests[0].exercise == "softmax_jacobian"
@@ -151,5 +167,7 @@ def test_summary_counts_each_status_and_failed_test():
 def test_a_missing_notebook_scores_zero_on_every_graded_cell():
     nb = notebook(graded_cell("test_a", 1.0), graded_cell("test_b", 3.0))
     tests = zero_tests(nb, "nb", "the notebook is missing")
-    assert [(t.points, t.max_points, t.status) for t in tests] == [(0.0, 1.0, TestStatus.NOT_RUN),
-                                                                 (0.0, 3.0, TestStatus.NOT_RUN)]
+    assert [(t.points, t.max_points, t.status) for t in tests] == [
+        (0.0, 1.0, TestStatus.NOT_RUN),
+        (0.0, 3.0, TestStatus.NOT_RUN),
+    ]

@@ -84,7 +84,7 @@ def scaled_dot_product_attention(queries, keys, values, allowed=None):
     attn = np.divide(ex, norm, out=np.zeros_like(ex), where=norm > 0)
     return attn @ values, attn
 ''',
-    "comments_and_prints": '''\
+    "comments_and_prints": """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     # my own attention implementation
 
@@ -110,7 +110,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 
     # done!
     return weights @ V, weights
-''',
+""",
     "literals": '''\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     """Scaled dot-product attention (my version)."""
@@ -126,7 +126,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     weights = np.divide(e, total, out=np.zeros_like(e), where=total > 1e-300)
     return weights @ V, weights
 ''',
-    "reformatted": '''\
+    "reformatted": """\
 def scaled_dot_product_attention(Q, K, V,
                                  mask = None):
     d_k = Q.shape[ -1 ]
@@ -144,8 +144,8 @@ def scaled_dot_product_attention(Q, K, V,
     e = np.exp(scores - row_max); total = e.sum(keepdims=True, axis=-1)
     weights = np.divide(e, total, where=(total > 0), out=np.zeros_like(e))
     return (weights @ V, weights)
-''',
-    "helper_extracted": '''\
+""",
+    "helper_extracted": """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     d_k = Q.shape[-1]
     scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)
@@ -162,8 +162,8 @@ def _row_softmax(scores):
     e = np.exp(scores - row_max)
     total = e.sum(axis=-1, keepdims=True)
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
-''',
-    "restructured": '''\
+""",
+    "restructured": """\
 def _normalise(e):
     total = e.sum(axis=-1, keepdims=True)
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
@@ -178,7 +178,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)
     weights = _normalise(np.exp(scores - row_max))
     return weights @ V, weights
-''',
+""",
     "everything": '''\
 import numpy as xp
 from math import sqrt as root
@@ -211,7 +211,7 @@ def softmax_rows(sims):
 
 INDEPENDENT = [
     # 1: einsum, -inf, the maximum of a fully masked row replaced in place
-    '''\
+    """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scale = 1.0 / np.sqrt(K.shape[-1])
     logits = np.einsum("...qd,...kd->...qk", Q, K) * scale
@@ -223,9 +223,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     denom = np.sum(expd, axis=-1, keepdims=True)
     probs = expd / np.where(denom == 0, 1.0, denom)
     return np.einsum("...qk,...kv->...qv", probs, V), probs
-''',
+""",
     # 2: a loop over batch items and queries, softmax over the keys each query may see
-    '''\
+    """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     n_q, n_k = Q.shape[-2], K.shape[-2]
     batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
@@ -249,9 +249,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
             att[b, i, keep] = s / s.sum()
             out[b, i] = att[b, i] @ vs[b]
     return out.reshape(batch + (n_q, V.shape[-1])), att.reshape(batch + (n_q, n_k))
-''',
+""",
     # 3: log-sum-exp, rows without a key zeroed at the end
-    '''\
+    """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     d = Q.shape[-1]
     s = np.matmul(Q, np.swapaxes(K, -2, -1)) / d ** 0.5
@@ -264,9 +264,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     lse = m + np.log(np.sum(np.exp(s - m), axis=-1, keepdims=True))
     w = np.where(any_key, np.exp(s - lse), 0.0)
     return w @ V, w
-''',
+""",
     # 4: NumPy's masked arrays
-    '''\
+    """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     raw = (Q @ K.swapaxes(-1, -2)) * (Q.shape[-1] ** -0.5)
     hidden = np.zeros(raw.shape, bool) if mask is None else ~np.broadcast_to(mask, raw.shape)
@@ -275,9 +275,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     ex = np.ma.exp(m - top)
     p = (ex / ex.sum(axis=-1, keepdims=True)).filled(0.0)
     return p @ V, p
-''',
+""",
     # 5: a softmax helper taking the mask, transpose by an explicit axis order
-    '''\
+    """\
 def _stable_softmax(x, allowed):
     x = np.where(allowed, x, -np.inf)
     hi = np.max(x, axis=-1, keepdims=True)
@@ -294,9 +294,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     allowed = np.ones_like(logits, dtype=bool) if mask is None else np.broadcast_to(mask, logits.shape)
     weights = _stable_softmax(logits, allowed)
     return np.matmul(weights, V), weights
-''',
+""",
     # 6: an additive bias, softmax only over rows that have a finite score
-    '''\
+    """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     dk = K.shape[-1]
     scores = np.einsum("...id,...jd->...ij", Q, K) / np.sqrt(dk)
@@ -310,9 +310,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     sub = np.exp(sub - sub.max(axis=-1, keepdims=True))
     out_w[ok] = sub / sub.sum(axis=-1, keepdims=True)
     return np.einsum("...ij,...jv->...iv", out_w, V), out_w
-''',
+""",
     # 7: keys by queries, normalised over axis -2, then transposed back
-    '''\
+    """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     kq = np.matmul(K, np.swapaxes(Q, -1, -2)) / np.sqrt(Q.shape[-1])
     if mask is not None:
@@ -325,9 +325,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     w_t = np.divide(ek, z, out=np.zeros_like(ek), where=z != 0)
     attn = np.swapaxes(w_t, -1, -2)
     return attn @ V, attn
-''',
+""",
     # 8: a 2-D helper called for every batch index, scores one key at a time
-    '''\
+    """\
 def attention_2d(q, k, v, allowed):
     out = np.zeros((q.shape[0], v.shape[1]))
     w = np.zeros((q.shape[0], k.shape[0]))
@@ -360,9 +360,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
             allowed = np.broadcast_to(mask, lead + (n_q, n_k))[index]
         outs[index], weights[index] = attention_2d(q, k, v, allowed)
     return outs, weights
-''',
+""",
     # 9: masked scores as NaN, nanmax, NaN turned back into zero weights
-    '''\
+    """\
 import warnings
 
 
@@ -377,9 +377,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     norm = shifted.sum(-1, keepdims=True)
     attn = shifted / np.maximum(norm, np.finfo(float).tiny)
     return np.matmul(attn, V), attn
-''',
+""",
     # 10: flattened to 3-D, one call per item, where= reductions, stacked back
-    '''\
+    """\
 def _one(q, k, v, m):
     s = q.dot(k.T) / np.sqrt(k.shape[1])
     top = np.max(s, axis=1, keepdims=True, where=m, initial=-np.inf)
@@ -404,11 +404,11 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     out = np.stack([r[0] for r in results]).reshape(batch_shape + (n_q, V.shape[-1]))
     w = np.stack([r[1] for r in results]).reshape(batch_shape + (n_q, n_k))
     return out, w
-''',
+""",
 ]
 
 # INDEPENDENT[4] with its helper inlined (and its names changed): a copy of a classmate
-INLINED = '''\
+INLINED = """\
 def scaled_dot_product_attention(Q, K, V, mask=None):
     logits = Q @ np.transpose(K, (*range(K.ndim - 2), K.ndim - 1, K.ndim - 2))
     logits = logits / math.sqrt(K.shape[-1])
@@ -421,7 +421,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     den[den == 0] = 1.0
     weights = num / den
     return np.matmul(weights, V), weights
-'''
+"""
 
 # Chapter 4's MultiHeadAttention as the course solves it, then with its independent
 # statements reordered (and, in the second copy, renamed as well).
@@ -446,7 +446,7 @@ class MultiHeadAttention(nn.Module):
 '''
 
 MHA_REORDERED = {
-    "reordered": '''\
+    "reordered": """\
 class MultiHeadAttention(nn.Module):
     def forward(self, query, key, value, mask=None):
         v = split_heads(self.W_v(value), self.num_heads)
@@ -462,8 +462,8 @@ class MultiHeadAttention(nn.Module):
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
         self.W_k = nn.Linear(d_model, d_model, bias=bias)
         self.num_heads = num_heads
-''',
-    "reordered_and_renamed": '''\
+""",
+    "reordered_and_renamed": """\
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
@@ -479,12 +479,12 @@ class MultiHeadAttention(nn.Module):
         queries = split_heads(self.query_proj(query), self.h)
         context, attn = scaled_dot_product_attention_torch(queries, keys, values, mask)
         return self.out_proj(merge_heads(context)), attn
-''',
+""",
 }
 
 # Two other ways to write it: a fused projection, and explicit weight matrices with einsum.
 MHA_INDEPENDENT = [
-    '''\
+    """\
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
@@ -496,8 +496,8 @@ class MultiHeadAttention(nn.Module):
         parts = [split_heads(layer(x), self.heads) for layer, x in zip(self.qkv, (query, key, value))]
         out, weights = scaled_dot_product_attention_torch(*parts, mask=mask)
         return self.W_o(merge_heads(out)), weights
-''',
-    '''\
+""",
+    """\
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
@@ -517,7 +517,7 @@ class MultiHeadAttention(nn.Module):
         weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
         out = torch.einsum("bhqk,bhkd->bhqd", weights, heads(value, "v"))
         return self.proj["o"](out.permute(0, 2, 1, 3).reshape(B, n_q, d_model)), weights
-''',
+""",
 ]
 
 
@@ -538,8 +538,9 @@ def _notebook(assignment: str, grade_id: str, code: str | None) -> nbformat.Note
     return nb
 
 
-def write_class(submitted: Path, students: dict[str, str | None], assignment: str = CH3,
-                grade_id: str = SDPA) -> Path:
+def write_class(
+    submitted: Path, students: dict[str, str | None], assignment: str = CH3, grade_id: str = SDPA
+) -> Path:
     """SUBMITTED/<student>/<assignment>/<assignment>.ipynb, each with its code in ``grade_id``
     (None: the released stub, untouched)."""
     for student, code in students.items():
@@ -594,16 +595,21 @@ def _cases():
                         mask = np.ones(batch + (1, n_k), dtype=bool)
                         mask[..., -1] = n_k == 1
                     yield Q, K, V, mask
-    yield rng.normal(size=(3, 4)) * 1e9, rng.normal(size=(5, 4)), rng.normal(size=(5, 2)), \
-        rng.random((3, 5)) > 0.3  # scores near -1e9 and +1e9
+    yield (
+        rng.normal(size=(3, 4)) * 1e9,
+        rng.normal(size=(5, 4)),
+        rng.normal(size=(5, 2)),
+        rng.random((3, 5)) > 0.3,
+    )  # scores near -1e9 and +1e9
 
 
 @pytest.mark.parametrize("name", [f"independent {n}" for n in range(1, 11)] + [*DISGUISES, "inlined"])
 def test_the_solutions_of_the_tests_are_correct(name, capsys):
     """Every solution here (copies and independent ones) equals the course's on random,
     batched, masked, fully masked and extreme inputs, in float64, inputs unchanged."""
-    code = {**{f"independent {n}": c for n, c in enumerate(INDEPENDENT, 1)}, **DISGUISES,
-            "inlined": INLINED}[name]
+    code = {**{f"independent {n}": c for n, c in enumerate(INDEPENDENT, 1)}, **DISGUISES, "inlined": INLINED}[
+        name
+    ]
     mine, course = _load(code), _load(COURSE)
     with np.errstate(all="ignore"):
         for Q, K, V, mask in _cases():
@@ -622,8 +628,11 @@ def test_the_stub_is_nbgraders():
     """What the learner was given is computed from the source as nbgrader computes it: the
     released notebooks in chapters/ hold exactly those stubs."""
     for source in sorted(SOLUTIONS.glob("*/*.ipynb")):
-        given = {nbgrader_metadata(c)["grade_id"]: c.source for c in _released(source.parent.name).cells
-                 if is_solution_cell(c)}
+        given = {
+            nbgrader_metadata(c)["grade_id"]: c.source
+            for c in _released(source.parent.name).cells
+            if is_solution_cell(c)
+        }
         for cell in nbformat.read(source, as_version=4).cells:
             if is_solution_cell(cell):
                 assert released(cell.source) == given[nbgrader_metadata(cell)["grade_id"]]
@@ -650,8 +659,13 @@ def test_a_disguised_copy_is_found(disguise, tmp_path):
 @pytest.mark.parametrize("disguise", MHA_REORDERED)
 def test_reordered_statements_are_found(disguise, tmp_path):
     """Chapter 4's MultiHeadAttention, its independent statements reordered (methods too)."""
-    students = {"course": MHA_COURSE, "copy": MHA_REORDERED[disguise], "fused": MHA_INDEPENDENT[0],
-                "einsum": MHA_INDEPENDENT[1], "stub": None}
+    students = {
+        "course": MHA_COURSE,
+        "copy": MHA_REORDERED[disguise],
+        "fused": MHA_INDEPENDENT[0],
+        "einsum": MHA_INDEPENDENT[1],
+        "stub": None,
+    }
     report = compare(write_class(tmp_path, students, CH4, MHA), SOLUTIONS, 0.0)
     found = scores(report, MHA)
     assert found[("copy", "course")] >= 0.9
@@ -670,11 +684,18 @@ def test_ten_independent_solutions_are_not_flagged(tmp_path):
 def test_the_stub_is_never_counted(tmp_path):
     """Two untouched stubs share no fingerprint; neither do two cells that add to the stub
     only code the notebook gave them (its imports, the setup cell, a test cell)."""
-    pasted = "\n".join(c.source for c in _released(CH3).cells if c.cell_type == "code"
-                        and not is_solution_cell(c) and not c.source.lstrip().startswith("#"))
+    pasted = "\n".join(
+        c.source
+        for c in _released(CH3).cells
+        if c.cell_type == "code" and not is_solution_cell(c) and not c.source.lstrip().startswith("#")
+    )
     stub = [c.source for c in _released(CH3).cells if nbgrader_metadata(c).get("grade_id") == SDPA][0]
-    students = {"stub_a": None, "stub_b": None, "given_a": stub + "\n" + pasted,
-                "given_b": pasted + "\n\n" + stub}
+    students = {
+        "stub_a": None,
+        "stub_b": None,
+        "given_a": stub + "\n" + pasted,
+        "given_b": pasted + "\n\n" + stub,
+    }
     report = compare(write_class(tmp_path, students), SOLUTIONS, 0.0)
     for result in report.results:
         assert result.matches == [] and result.compared == 0
@@ -714,8 +735,15 @@ def test_an_answer_many_wrote_is_a_common_answer_not_pairs():
 
 
 def _broken_class(submitted: Path) -> Path:
-    write_class(submitted, {"alice": COURSE, "bob": DISGUISES["renamed"], "carol": INDEPENDENT[0],
-                            "syntax": f"def {SDPA}(Q, K, V, mask=None):\n    return (\n"})
+    write_class(
+        submitted,
+        {
+            "alice": COURSE,
+            "bob": DISGUISES["renamed"],
+            "carol": INDEPENDENT[0],
+            "syntax": f"def {SDPA}(Q, K, V, mask=None):\n    return (\n",
+        },
+    )
     (submitted / "notjson" / CH3).mkdir(parents=True)
     (submitted / "notjson" / CH3 / f"{CH3}.ipynb").write_text("{not json", encoding="utf-8")
     nb = _notebook(CH3, SDPA, COURSE)
@@ -753,8 +781,12 @@ def test_broken_notebooks_are_listed_as_not_compared(tmp_path):
     compared as usual; exit status 0. A cell that lost its grade id is an added cell: it is
     compared (with a note), not lost."""
     submitted = _broken_class(tmp_path / "submitted")
-    done = subprocess.run([sys.executable, "-m", "grader", "similarity", str(submitted), "--out",
-                           str(tmp_path / "report")], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "similarity", str(submitted), "--out", str(tmp_path / "report")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "see " in done.stdout and done.stderr == ""
     report = compare(submitted, SOLUTIONS, DEFAULT_THRESHOLD)
@@ -777,8 +809,13 @@ def test_broken_notebooks_are_listed_as_not_compared(tmp_path):
     assert set(found) == {("alice", "bob"), ("alice", "nocell"), ("bob", "nocell")}
     assert found[("alice", "bob")] == 1.0 and min(found.values()) > 0.9
     page = (tmp_path / "report" / "similarity.html").read_text(encoding="utf-8")
-    for text in ["no cell has the grade id", "does not parse", "is not valid notebook JSON", r"\xff\xfebob",
-                 "the other cells the learner could edit were compared"]:
+    for text in [
+        "no cell has the grade id",
+        "does not parse",
+        "is not valid notebook JSON",
+        r"\xff\xfebob",
+        "the other cells the learner could edit were compared",
+    ]:
         assert text in page
 
 
@@ -786,10 +823,15 @@ def test_the_csv_and_the_page_cannot_be_turned_against_the_instructor(tmp_path):
     """Student ids that look like formulas stay text in the CSV; ids and code are escaped in
     the page, which loads nothing from anywhere."""
     hostile = "</pre><script>alert(1)</script>"
-    students = {"=1+1": COURSE, "@SUM(A1)": DISGUISES["renamed"] + f"\nNOTE = {hostile!r}\n",
-                "-2+3": DISGUISES["literals"], "<img src=x onerror=alert(1)>": DISGUISES["reformatted"]}
-    report = similarity_report(write_class(tmp_path / "submitted", students), tmp_path / "report",
-                               SOLUTIONS, DEFAULT_THRESHOLD)
+    students = {
+        "=1+1": COURSE,
+        "@SUM(A1)": DISGUISES["renamed"] + f"\nNOTE = {hostile!r}\n",
+        "-2+3": DISGUISES["literals"],
+        "<img src=x onerror=alert(1)>": DISGUISES["reformatted"],
+    }
+    report = similarity_report(
+        write_class(tmp_path / "submitted", students), tmp_path / "report", SOLUTIONS, DEFAULT_THRESHOLD
+    )
     assert len(report.matches) == 6
     with open(tmp_path / "report" / "similarity.csv", newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
@@ -809,17 +851,23 @@ def test_bad_usage_exits_2(tmp_path):
     (tmp_path / "file").write_text("x", encoding="utf-8")
     (tmp_path / "no_exercises" / "a").mkdir(parents=True)
     (tmp_path / "no_exercises" / "a" / "a.ipynb").write_text(
-        nbformat.writes(nbformat.v4.new_notebook()), encoding="utf-8")
+        nbformat.writes(nbformat.v4.new_notebook()), encoding="utf-8"
+    )
     out = ["--out", str(tmp_path / "r")]
-    for args, says in [([str(tmp_path / "missing"), *out], "is not a directory"),
-                       ([str(submitted)], "--out"),
-                       ([str(submitted), *out, "--threshold", "1.5"], "between 0 and 1"),
-                       ([str(submitted), *out, "--threshold", "x"], "invalid"),
-                       ([str(submitted), "--out", str(tmp_path / "file")], "is a file"),
-                       ([str(submitted), *out, "--source", str(tmp_path / "no_exercises")],
-                        "no notebook with a solution cell")]:
-        done = subprocess.run([sys.executable, "-m", "grader", "similarity", *args], cwd=ROOT,
-                              capture_output=True, text=True)
+    for args, says in [
+        ([str(tmp_path / "missing"), *out], "is not a directory"),
+        ([str(submitted)], "--out"),
+        ([str(submitted), *out, "--threshold", "1.5"], "between 0 and 1"),
+        ([str(submitted), *out, "--threshold", "x"], "invalid"),
+        ([str(submitted), "--out", str(tmp_path / "file")], "is a file"),
+        (
+            [str(submitted), *out, "--source", str(tmp_path / "no_exercises")],
+            "no notebook with a solution cell",
+        ),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "grader", "similarity", *args], cwd=ROOT, capture_output=True, text=True
+        )
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert says in done.stderr, (args, done.stderr)
     assert not (tmp_path / "r").exists()
@@ -827,8 +875,14 @@ def test_bad_usage_exits_2(tmp_path):
 
 # --- the page in a browser, and the scale -----------------------------------------------
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                  "--disable-background-networking"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--disable-background-networking",
+]
 
 INSPECT = """
 const highlighted = [...document.querySelectorAll("pre.code .line[class*=' m']")];
@@ -860,8 +914,9 @@ def test_the_page_renders_in_chromium(tmp_path):
     from selenium.webdriver.chrome.service import Service
 
     students = {**independent_class(), **{f"copy_{k}": v for k, v in DISGUISES.items()}, "stub": None}
-    similarity_report(write_class(tmp_path / "submitted", students), tmp_path / "report", SOLUTIONS,
-                      DEFAULT_THRESHOLD)
+    similarity_report(
+        write_class(tmp_path / "submitted", students), tmp_path / "report", SOLUTIONS, DEFAULT_THRESHOLD
+    )
     profile = tempfile.mkdtemp(prefix="similarity-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = browser
@@ -896,8 +951,13 @@ def test_the_page_renders_in_chromium(tmp_path):
 def test_the_benchmark_finds_every_planted_ring():
     """benchmarks/similarity.py on 300 generated submissions: it runs, and every planted pair
     is found (the 1,000-submission figures are in the benchmark's own output)."""
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "similarity.py"), "--n", "300",
-                           "--rings", "10"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "similarity.py"), "--n", "300", "--rings", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     found, planted = map(int, re.search(r"planted pairs found: (\d+) of (\d+)", done.stdout).groups())
     assert found == planted > 0, done.stdout

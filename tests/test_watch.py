@@ -56,9 +56,23 @@ class Watch:
     def start(self) -> None:
         log = self.root / f"watch{len(self.logs)}.log"
         self.logs.append(log)
-        command = [sys.executable, "-m", "grader", "autograde", "--watch", str(self.inbound), "--out",
-                   str(self.out), "--exchange", str(self.exchange), "--source", str(self.source),
-                   "--timeout", "5", *self.options]
+        command = [
+            sys.executable,
+            "-m",
+            "grader",
+            "autograde",
+            "--watch",
+            str(self.inbound),
+            "--out",
+            str(self.out),
+            "--exchange",
+            str(self.exchange),
+            "--source",
+            str(self.source),
+            "--timeout",
+            "5",
+            *self.options,
+        ]
         with open(log, "w") as handle:
             self.process = subprocess.Popen(self.prefix + command, stdout=handle, stderr=subprocess.STDOUT,
                                             env=env(), cwd=self.root)  # fmt: skip
@@ -85,8 +99,9 @@ class Watch:
             time.sleep(0.05)
         pytest.fail(f"timed out waiting for {what}:\n{self.log()[-3000:]}")
 
-    def drop(self, student: str, content: str | nbformat.NotebookNode,
-             at: datetime | None = None) -> tuple[str, float]:
+    def drop(
+        self, student: str, content: str | nbformat.NotebookNode, at: datetime | None = None
+    ) -> tuple[str, float]:
         """A submission written as nbgrader submit writes one; (its secret, when it was complete)."""
         stamp = (at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
         random = base64.urlsafe_b64encode(os.urandom(9)).decode()
@@ -125,8 +140,10 @@ def watch(tmp_path_factory):
 
 
 def test_each_student_fetches_only_their_own_feedback(watch):
-    homes = {"ann": student_home(watch.root, watch.exchange, "ann", solved_notebook(A)),
-             "bob": student_home(watch.root, watch.exchange, "bob", learner_notebook(A))}
+    homes = {
+        "ann": student_home(watch.root, watch.exchange, "ann", solved_notebook(A)),
+        "bob": student_home(watch.root, watch.exchange, "bob", learner_notebook(A)),
+    }
     for home in homes.values():
         nbgrader("submit", A, cwd=home)
     # the watcher logs a submission once its feedback is in the exchange
@@ -204,6 +221,8 @@ def test_time_from_arrival_to_feedback(watch):
         watch.feedback(secret)
         times.append(time.monotonic() - arrived)
     median = statistics.median(times)
-    print(f"\narrival to feedback in the exchange, 20 submissions: median {median:.2f} s, "
-          f"min {min(times):.2f} s, max {max(times):.2f} s")
+    print(
+        f"\narrival to feedback in the exchange, 20 submissions: median {median:.2f} s, "
+        f"min {min(times):.2f} s, max {max(times):.2f} s"
+    )
     assert median < 10.0, times

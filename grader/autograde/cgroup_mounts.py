@@ -48,4 +48,4 @@ def folder_of(mount: tuple[str, str], own: str) -> Path | None:
     root = root.rstrip("/")
     if own != root and not own.startswith(root + "/"):
         return None
-    return Path(point + own[len(root):].rstrip("/"))
+    return Path(point + own[len(root) :].rstrip("/"))

@@ -49,7 +49,7 @@ def _starttime(pid: int | str) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
@@ -183,11 +183,17 @@ class Cgroups:
 
     def _limits(self, memory_bytes: int, tasks: int) -> list[tuple[str, str]]:
         if self.kind == "v1":  # the memory limit first: memsw may never be below it
-            return [("memory.limit_in_bytes", str(memory_bytes)),
-                    ("memory.memsw.limit_in_bytes", str(memory_bytes)),
-                    ("pids.max", str(tasks))]
-        return [("memory.max", str(memory_bytes)), ("memory.swap.max", "0"),
-                ("memory.oom.group", "1"), ("pids.max", str(tasks))]
+            return [
+                ("memory.limit_in_bytes", str(memory_bytes)),
+                ("memory.memsw.limit_in_bytes", str(memory_bytes)),
+                ("pids.max", str(tasks)),
+            ]
+        return [
+            ("memory.max", str(memory_bytes)),
+            ("memory.swap.max", "0"),
+            ("memory.oom.group", "1"),
+            ("pids.max", str(tasks)),
+        ]
 
     def remove_job(self, job_id: str) -> bool:
         """Kill whatever is left of the job and remove its cgroups (retried later if busy)."""

@@ -68,8 +68,11 @@ def encode_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
         wire = array.dtype.newbyteorder("<").str if array.dtype.kind in "fib" else "<f8"
         array = array.astype(wire if wire in ARRAY_DTYPES else "<f8", copy=False)
         array = np.ascontiguousarray(array).reshape(array.shape)  # a 0-d array stays 0-d
-        encoded[str(key)] = {"dtype": array.dtype.str, "shape": list(array.shape),
-                             "data": base64.b64encode(array.tobytes()).decode("ascii")}
+        encoded[str(key)] = {
+            "dtype": array.dtype.str,
+            "shape": list(array.shape),
+            "data": base64.b64encode(array.tobytes()).decode("ascii"),
+        }
     return encoded
 
 
@@ -136,11 +139,16 @@ def _output(entry: Any) -> dict[str, Any] | None:
         traceback = entry.get("traceback")
         if not (isinstance(traceback, list) and all(isinstance(t, str) for t in traceback)):
             traceback = []
-        return {"output_type": "error", "ename": entry["ename"], "evalue": entry["evalue"],
-                "traceback": traceback}
+        return {
+            "output_type": "error",
+            "ename": entry["ename"],
+            "evalue": entry["evalue"],
+            "traceback": traceback,
+        }
     if kind in ("execute_result", "display_data") and isinstance(entry.get("data"), dict):
-        data = {k: v for k, v in entry["data"].items()
-                if isinstance(k, str) and isinstance(v, str | list | dict)}
+        data = {
+            k: v for k, v in entry["data"].items() if isinstance(k, str) and isinstance(v, str | list | dict)
+        }
         out = {"output_type": kind, "data": data, "metadata": {}}
         if kind == "execute_result":
             out["execution_count"] = None
@@ -159,8 +167,10 @@ def read_report(path: str | os.PathLike[str]) -> dict[int, CellReport]:
     except OSError:
         return cells
     if size > MAX_REPORT_BYTES:
-        raise ReportTooLarge(f"the notebook's report is {size / 2**20:.0f} MB, over the "
-                             f"{MAX_REPORT_BYTES // 2**20} MB the grader reads")
+        raise ReportTooLarge(
+            f"the notebook's report is {size / 2**20:.0f} MB, over the "
+            f"{MAX_REPORT_BYTES // 2**20} MB the grader reads"
+        )
     with open(path, "rb") as handle:
         for raw in handle:
             try:

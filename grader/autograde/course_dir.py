@@ -29,8 +29,11 @@ MARKER = "# Written by python -m grader autograde: delete this line to keep your
 _CONFIG_NAME = re.compile(r".*_config\.(py|json)", re.IGNORECASE)
 # nbgrader's feedback, regenerated from formgrader after manual grading ("Generate
 # Feedback"), leaves out the hidden tests' code, as the grader's own feedback does
-FEEDBACK_PREPROCESSORS = ["nbgrader.preprocessors.GetGrades", "nbgrader.preprocessors.ClearHiddenTests",
-                          "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+FEEDBACK_PREPROCESSORS = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
 
 
 def reserved_name(student: str) -> str:
@@ -63,8 +66,9 @@ def copy_sources(out: Path, folders: dict[str, Path]) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_config(out: Path, db_url: str, course_id: str | None = None,
-                 exchange: Path | None = None) -> Path | None:
+def write_config(
+    out: Path, db_url: str, course_id: str | None = None, exchange: Path | None = None
+) -> Path | None:
     """OUT/nbgrader_config.py for nbgrader's tools; an instructor's own file is left alone.
 
     A password in ``db_url`` is not written (give it to libpq in a password file instead).
@@ -79,9 +83,12 @@ def write_config(out: Path, db_url: str, course_id: str | None = None,
     if exchange is None and _previous(previous, "Exchange.root"):
         exchange = Path(_previous(previous, "Exchange.root"))
     url = make_url(db_url)
-    lines = [MARKER, "c = get_config()  # noqa: F821 (nbgrader defines it)",
-             f"c.CourseDirectory.root = {str(out.resolve())!r}",
-             f"c.CourseDirectory.db_url = {url.set(password=None).render_as_string(hide_password=False)!r}"]
+    lines = [
+        MARKER,
+        "c = get_config()  # noqa: F821 (nbgrader defines it)",
+        f"c.CourseDirectory.root = {str(out.resolve())!r}",
+        f"c.CourseDirectory.db_url = {url.set(password=None).render_as_string(hide_password=False)!r}",
+    ]
     if url.password:
         lines.append("# the URL's password is not written here: put it in a libpq password file (PGPASSFILE)")
     if course_id:

@@ -83,15 +83,21 @@ def _server_for(isolation: Isolation, hidden: list[str]) -> ForkServer:
     """The worker's warm server, (re)started when it runs at another isolation or would show
     a folder the client wants hidden. Call with ``_LOCK`` held."""
     server = _STATE.server
-    if server is not None and server.process.poll() is None and server.config.isolation is isolation \
-            and _covers(server.config, hidden):
+    if (
+        server is not None
+        and server.process.poll() is None
+        and server.config.isolation is isolation
+        and _covers(server.config, hidden)
+    ):
         return server
     if server is not None:
         server.close()
         _STATE.server = None
     if isolation is Isolation.NAMESPACES and choose_isolation(accept_weak=True) is not Isolation.NAMESPACES:
-        raise IsolationUnavailable("this grading worker cannot confine children in namespaces "
-                                   "(not root, and user namespaces are disabled)")
+        raise IsolationUnavailable(
+            "this grading worker cannot confine children in namespaces "
+            "(not root, and user namespaces are disabled)"
+        )
     known = tuple(server.config.hidden) if server is not None else ()
     _STATE.server = ForkServer(_worker_config(isolation, (*known, *hidden)))
     return _STATE.server
@@ -155,9 +161,14 @@ def run_packed_job(packed: dict[str, Any]) -> dict[str, Any]:
                 raise
             report = _read_head(folder / "report", MAX_REPORT_BYTES + 1)
             log = _read_tail(folder / "log", LOG_TAIL_BYTES)
-            return {"exitcode": finished.exitcode, "timed_out": finished.timed_out,
-                    "seconds": finished.seconds, "report": report, "log": log,
-                    "worker": _worker_address()}
+            return {
+                "exitcode": finished.exitcode,
+                "timed_out": finished.timed_out,
+                "seconds": finished.seconds,
+                "report": report,
+                "log": log,
+                "worker": _worker_address(),
+            }
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

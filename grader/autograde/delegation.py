@@ -42,23 +42,65 @@ from attention_learner.op_trace import delegation_message
 from grader.autograde import delegation_static as dynamic
 from grader.autograde.child_report import CellReport
 
-_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "attention_learner.blocks.given_attention",
-              "torch._C._nn.scaled_dot_product_attention", "torch.ops.aten.scaled_dot_product_attention",
-              "torch.ops.aten._scaled_dot_product*", "torch._scaled_dot_product*", "torch._fused_sdp_choice")
-_MULTI_HEAD = ("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward",
-               "attention_learner.blocks.GivenMultiHeadAttention", "torch._native_multi_head_attention",
-               "torch.ops.aten._native_multi_head_attention")
-_LAYERS = ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
-           "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")
-_SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.nn.Softmax", "torch.special.softmax",
-            "scipy.special.softmax", ".softmax", "torch.log_softmax", "torch.nn.functional.log_softmax",
-            "torch.nn.LogSoftmax", "torch.special.log_softmax", "scipy.special.log_softmax", ".log_softmax",
-            "torch._softmax", "torch._log_softmax", "torch._C._nn.log_softmax", "torch._C._nn.softmax",
-            "torch.ops.aten.softmax", "torch.ops.aten._softmax", "torch.ops.aten._safe_softmax",
-            "torch.ops.aten.log_softmax", "torch.ops.aten._log_softmax", "torch._safe_softmax")
-_JACOBIAN = ("torch.autograd.functional", "torch.func.jacrev", "torch.func.jacfwd", "torch.func.vjp",
-             "torch.func.jvp", "torch.func.grad", "torch.autograd.grad", "torch.autograd.backward",
-             ".backward", "torch.autograd.forward_ad")
+_ATTENTION = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "attention_learner.blocks.given_attention",
+    "torch._C._nn.scaled_dot_product_attention",
+    "torch.ops.aten.scaled_dot_product_attention",
+    "torch.ops.aten._scaled_dot_product*",
+    "torch._scaled_dot_product*",
+    "torch._fused_sdp_choice",
+)
+_MULTI_HEAD = (
+    "torch.nn.MultiheadAttention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "attention_learner.blocks.GivenMultiHeadAttention",
+    "torch._native_multi_head_attention",
+    "torch.ops.aten._native_multi_head_attention",
+)
+_LAYERS = (
+    "torch.nn.Transformer",
+    "torch.nn.TransformerEncoder",
+    "torch.nn.TransformerDecoder",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerDecoderLayer",
+)
+_SOFTMAX = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.nn.Softmax",
+    "torch.special.softmax",
+    "scipy.special.softmax",
+    ".softmax",
+    "torch.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.nn.LogSoftmax",
+    "torch.special.log_softmax",
+    "scipy.special.log_softmax",
+    ".log_softmax",
+    "torch._softmax",
+    "torch._log_softmax",
+    "torch._C._nn.log_softmax",
+    "torch._C._nn.softmax",
+    "torch.ops.aten.softmax",
+    "torch.ops.aten._softmax",
+    "torch.ops.aten._safe_softmax",
+    "torch.ops.aten.log_softmax",
+    "torch.ops.aten._log_softmax",
+    "torch._safe_softmax",
+)
+_JACOBIAN = (
+    "torch.autograd.functional",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+    "torch.func.vjp",
+    "torch.func.jvp",
+    "torch.func.grad",
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    ".backward",
+    "torch.autograd.forward_ad",
+)
 
 #: exercise -> the implementations of that exercise that its solution may not reach, by name
 #: (the run-time trace's tables are ``attention_learner.op_trace``). A name that starts with
@@ -79,8 +121,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "CachedSelfAttention": _MULTI_HEAD + _LAYERS,
     "positional_encoding": ("attention_learner.blocks.given_positional_encoding",),
     # chapter 8 assembles the given layers (or the learner's own): torch's assembly is the answer
-    "translation_loss": ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss",
-                         "torch.nn.functional.nll_loss", "torch.nn.NLLLoss"),
+    "translation_loss": (
+        "torch.nn.functional.cross_entropy",
+        "torch.nn.CrossEntropyLoss",
+        "torch.nn.functional.nll_loss",
+        "torch.nn.NLLLoss",
+    ),
     "TinyTranslator": _LAYERS,
     "greedy_decode_cached": _LAYERS,
     # chapter 9: torch's attention answers gqa_attention; autograd through plain attention
@@ -88,6 +134,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "gqa_attention": _ATTENTION + _MULTI_HEAD,
     "FlashAttention": _ATTENTION + _MULTI_HEAD + _JACOBIAN,
 }
+
 
 @dataclass
 class Delegation:
@@ -124,10 +171,14 @@ class Delegation:
 
     def flags(self) -> list[str]:
         """results.json flags: one per reading that charged an exercise, one per review."""
-        return ([f"delegation: {ex} uses {', '.join(via)}" for ex, via in sorted(self.named.items())]
-                + [f"delegation: {ex} reached {', '.join(via)} when called"
-                   for ex, via in sorted(self.traced.items())]
-                + [f"review: {why}" for why in self.review])
+        return (
+            [f"delegation: {ex} uses {', '.join(via)}" for ex, via in sorted(self.named.items())]
+            + [
+                f"delegation: {ex} reached {', '.join(via)} when called"
+                for ex, via in sorted(self.traced.items())
+            ]
+            + [f"review: {why}" for why in self.review]
+        )
 
 
 @dataclass
@@ -242,9 +293,12 @@ def _matches(reached: Iterable[str], forbidden: tuple[str, ...]) -> list[str]:
     return found
 
 
-def analyse(solutions: Mapping[str, str], given: Iterable[str] = (),
-            forbidden: Mapping[str, tuple[str, ...]] = FORBIDDEN,
-            editable: Mapping[str, str] | None = None) -> Delegation:
+def analyse(
+    solutions: Mapping[str, str],
+    given: Iterable[str] = (),
+    forbidden: Mapping[str, tuple[str, ...]] = FORBIDDEN,
+    editable: Mapping[str, str] | None = None,
+) -> Delegation:
     """Read the solution cells ``solutions`` (grade id -> source) of one notebook, in order,
     and its other ``editable`` cells (a label such as "added cell 7" -> source).
 
@@ -269,11 +323,13 @@ def analyse(solutions: Mapping[str, str], given: Iterable[str] = (),
             continue  # the cell fails when it runs; nothing to read here
         cells[label] = cell
         cell.dynamic += dynamic.dynamic_paths(cell.reaches)
-        result.review += [f"{label} uses {why}, which static analysis cannot follow"
-                          for why in dict.fromkeys(cell.dynamic)]
+        result.review += [
+            f"{label} uses {why}, which static analysis cannot follow" for why in dict.fromkeys(cell.dynamic)
+        ]
     for exercise, names in forbidden.items():
-        starts = [c for c in cells.values() if c.name == exercise and c.name in solutions
-                  or exercise in c.defines]
+        starts = [
+            c for c in cells.values() if c.name == exercise and c.name in solutions or exercise in c.defines
+        ]
         reached: set[str] = set()
         for start in starts:
             for other in _used_cells(start, cells):

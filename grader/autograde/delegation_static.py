@@ -29,25 +29,91 @@ import ast
 
 #: qualified names (and everything under them) whose use is flagged for review
 DYNAMIC_PATHS = (
-    "importlib", "builtins", "sys.modules", "sys.setprofile", "sys.settrace", "sys._getframe",
-    "sys.call_tracing", "sys.monitoring", "operator.attrgetter", "operator.methodcaller",
-    "pickle", "_pickle", "marshal", "copyreg", "shelve", "dill", "cloudpickle", "joblib",
-    "gc", "ctypes", "cffi", "inspect", "types.FunctionType", "types.CodeType", "types.LambdaType",
-    "types.ModuleType", "threading", "_thread", "concurrent", "multiprocessing", "subprocess",
-    "os.fork", "os.system", "os.exec*", "os.spawn*", "os.popen", "os.posix_spawn*",
-    "torch.utils._python_dispatch", "torch.overrides", "torch.library", "torch.profiler",
-    "torch.autograd.profiler", "torch.autograd.profiler_legacy", "torch._C._set*", "torch._C._enter*",
-    "torch._C._push*", "torch._C._pop*", "torch._C._disable*", "torch._C._enable*", "torch._C._autograd",
-    "torch._C._profiler", "torch._dynamo", "torch.compile",
-    "attention_learner.op_trace", "attention_learner.recording",
+    "importlib",
+    "builtins",
+    "sys.modules",
+    "sys.setprofile",
+    "sys.settrace",
+    "sys._getframe",
+    "sys.call_tracing",
+    "sys.monitoring",
+    "operator.attrgetter",
+    "operator.methodcaller",
+    "pickle",
+    "_pickle",
+    "marshal",
+    "copyreg",
+    "shelve",
+    "dill",
+    "cloudpickle",
+    "joblib",
+    "gc",
+    "ctypes",
+    "cffi",
+    "inspect",
+    "types.FunctionType",
+    "types.CodeType",
+    "types.LambdaType",
+    "types.ModuleType",
+    "threading",
+    "_thread",
+    "concurrent",
+    "multiprocessing",
+    "subprocess",
+    "os.fork",
+    "os.system",
+    "os.exec*",
+    "os.spawn*",
+    "os.popen",
+    "os.posix_spawn*",
+    "torch.utils._python_dispatch",
+    "torch.overrides",
+    "torch.library",
+    "torch.profiler",
+    "torch.autograd.profiler",
+    "torch.autograd.profiler_legacy",
+    "torch._C._set*",
+    "torch._C._enter*",
+    "torch._C._push*",
+    "torch._C._pop*",
+    "torch._C._disable*",
+    "torch._C._enable*",
+    "torch._C._autograd",
+    "torch._C._profiler",
+    "torch._dynamo",
+    "torch.compile",
+    "attention_learner.op_trace",
+    "attention_learner.recording",
 )
 #: builtins whose call names its target at run time
 DYNAMIC_CALLS = {"__import__", "eval", "exec", "compile", "globals", "vars", "locals", "breakpoint"}
 #: attributes that reach the interpreter's machinery (whatever object they are read from)
-DYNAMIC_ATTRS = {"__dict__", "__getattribute__", "__globals__", "__builtins__", "__code__", "__closure__",
-                 "__subclasses__", "__reduce__", "__reduce_ex__", "__setstate__", "__torch_function__",
-                 "__torch_dispatch__", "f_back", "f_globals", "f_locals", "f_builtins", "gi_frame",
-                 "tb_frame", "cr_frame", "modules", "import_module", "setprofile", "settrace", "_getframe"}
+DYNAMIC_ATTRS = {
+    "__dict__",
+    "__getattribute__",
+    "__globals__",
+    "__builtins__",
+    "__code__",
+    "__closure__",
+    "__subclasses__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__setstate__",
+    "__torch_function__",
+    "__torch_dispatch__",
+    "f_back",
+    "f_globals",
+    "f_locals",
+    "f_builtins",
+    "gi_frame",
+    "tb_frame",
+    "cr_frame",
+    "modules",
+    "import_module",
+    "setprofile",
+    "settrace",
+    "_getframe",
+}
 #: roots of module paths: an attribute assigned under one of these is monkeypatching
 MODULE_ROOTS = ("torch", "numpy", "scipy", "attention_learner", "sys", "builtins", "operator", "math")
 _NAMED_ACCESS = {"getattr", "setattr", "delattr", "hasattr"}
@@ -68,8 +134,12 @@ def _flagged(path: str, pattern: str) -> bool:
 def getattr_name(node: ast.AST) -> str | None:
     """The name ``getattr(obj, "name", ...)`` reads, when ``node`` is such a call with a
     constant string; None for anything else."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-            and len(node.args) >= 2):
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+    ):
         return None
     arg = node.args[1]
     return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None

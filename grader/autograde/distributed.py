@@ -69,8 +69,10 @@ def cluster_settings() -> dict[str, Any]:
     notebook per worker thread in flight (``--workers``' default with ``--scheduler``), and
     saturation 1.0 keeps the scheduler from filling workers' queues when it queues tasks.
     """
-    return {"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
-            "distributed.scheduler.worker-saturation": 1.0}
+    return {
+        "distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+        "distributed.scheduler.worker-saturation": 1.0,
+    }
 
 
 class DaskExecutor(Executor):
@@ -100,12 +102,21 @@ class DaskExecutor(Executor):
             workers = int(address.split(":", 1)[1])
             if workers <= 0:
                 raise ValueError(f"local:N needs N > 0, got {address!r}")
-            http = {"dashboard": True, "dashboard_address": dashboard} if dashboard else {
-                "dashboard": False, "dashboard_address": "127.0.0.1:0"}
+            http = (
+                {"dashboard": True, "dashboard_address": dashboard}
+                if dashboard
+                else {"dashboard": False, "dashboard_address": "127.0.0.1:0"}
+            )
             with dask.config.set(cluster_settings()):
                 self._cluster = distributed.LocalCluster(
-                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                    host="127.0.0.1", preload=["grader.autograde.distributed"], scheduler_kwargs=http)
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    host="127.0.0.1",
+                    preload=["grader.autograde.distributed"],
+                    scheduler_kwargs=http,
+                )
             self.client = distributed.Client(self._cluster)
         else:
             self.client = distributed.Client(address)
@@ -124,14 +135,23 @@ class DaskExecutor(Executor):
             return
         self.client.wait_for_workers(1)
         hidden = list(self.config.hidden)
-        futures = [self.client.submit(warm_up, str(self.config.isolation), hidden, pure=False,
-                                      workers=[address], allow_other_workers=False,
-                                      key=f"attention-warm-{self._run}-{n}")
-                   for n, address in enumerate(self.client.scheduler_info()["workers"])]
+        futures = [
+            self.client.submit(
+                warm_up,
+                str(self.config.isolation),
+                hidden,
+                pure=False,
+                workers=[address],
+                allow_other_workers=False,
+                key=f"attention-warm-{self._run}-{n}",
+            )
+            for n, address in enumerate(self.client.scheduler_info()["workers"])
+        ]
         for isolation in self.client.gather(futures):  # raises IsolationUnavailable as is
             if isolation != str(self.config.isolation):
-                raise IsolationUnavailable(f"a grading worker runs at isolation {isolation}, "
-                                           f"not {self.config.isolation}")
+                raise IsolationUnavailable(
+                    f"a grading worker runs at isolation {isolation}, not {self.config.isolation}"
+                )
         self._ready = True
 
     def submit(self, job: ChildJob) -> None:
@@ -140,8 +160,11 @@ class DaskExecutor(Executor):
         try:
             packed = pack_job(job, self.config.hidden, self.config.isolation)
         except (OSError, ValueError) as exc:  # never reaches a worker: a crash of its own
-            self.running[key] = (job, _Failed(f"the job could not be sent to a worker: {exc}\n"),
-                                 time.monotonic())
+            self.running[key] = (
+                job,
+                _Failed(f"the job could not be sent to a worker: {exc}\n"),
+                time.monotonic(),
+            )
             return
         future = self.client.submit(run_packed_job, packed, key=key, pure=False, retries=0)
         self.running[key] = (job, future, time.monotonic())
@@ -169,12 +192,20 @@ class DaskExecutor(Executor):
         folder = Path(job.folder)
         seconds = time.monotonic() - submitted
         if isinstance(future, _Failed):
-            return self._write(folder, job, b"", future.log.encode(), ChildExit.CHILD_NOT_STARTED, False,
-                               seconds)
+            return self._write(
+                folder, job, b"", future.log.encode(), ChildExit.CHILD_NOT_STARTED, False, seconds
+            )
         if future.status == "finished":
             outcome = future.result()
-            return self._write(folder, job, outcome["report"], outcome["log"], outcome["exitcode"],
-                               bool(outcome["timed_out"]), float(outcome["seconds"]))
+            return self._write(
+                folder,
+                job,
+                outcome["report"],
+                outcome["log"],
+                outcome["exitcode"],
+                bool(outcome["timed_out"]),
+                float(outcome["seconds"]),
+            )
         if future.status == "cancelled":  # the scheduler lost it (restarted, or closed under us)
             log = "the Dask scheduler cancelled this notebook's task before it ended\n"
             return self._write(folder, job, b"", log.encode(), ChildExit.CHILD_NOT_STARTED, False, seconds)
@@ -182,14 +213,22 @@ class DaskExecutor(Executor):
         if isinstance(error, IsolationUnavailable):
             raise error
         if isinstance(error, KilledWorker):
-            return self._write(folder, job, b"", KILLED_WORKER_LOG.encode(), -signal.SIGKILL, False,
-                               seconds)  # as a killed process reads
+            return self._write(
+                folder, job, b"", KILLED_WORKER_LOG.encode(), -signal.SIGKILL, False, seconds
+            )  # as a killed process reads
         log = f"the grading worker failed on this notebook: {type(error).__name__}: {error}\n"
         return self._write(folder, job, b"", log.encode(), ChildExit.CHILD_NOT_STARTED, False, seconds)
 
     @staticmethod
-    def _write(folder: Path, job: ChildJob, report: bytes, log: bytes, exitcode: int | None,
-               timed_out: bool, seconds: float) -> Finished:
+    def _write(
+        folder: Path,
+        job: ChildJob,
+        report: bytes,
+        log: bytes,
+        exitcode: int | None,
+        timed_out: bool,
+        seconds: float,
+    ) -> Finished:
         """The one writer: the client puts what the worker returned where the pipeline reads it."""
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "report").write_bytes(report)
@@ -211,7 +250,6 @@ class DaskExecutor(Executor):
             if self._cluster is not None:
                 self._cluster.close()
                 self._cluster = None
-
 
 
 @dataclass(frozen=True)

@@ -84,15 +84,22 @@ def _make_shell() -> Any:
             self.shell.user_ns["_"] = result
             data, metadata = self.shell.display_formatter.format(result)
             self.shell.collected.append(
-                {"output_type": "execute_result", "data": _jsonable(data),
-                 "metadata": _jsonable(metadata), "execution_count": self.shell.execution_count}
+                {
+                    "output_type": "execute_result",
+                    "data": _jsonable(data),
+                    "metadata": _jsonable(metadata),
+                    "execution_count": self.shell.execution_count,
+                }
             )
 
     class CollectingPublisher(DisplayPublisher):
         def publish(self, data, metadata=None, *args: Any, **kwargs: Any) -> None:
             self.shell.collected.append(
-                {"output_type": "display_data", "data": _jsonable(data),
-                 "metadata": _jsonable(metadata or {})}
+                {
+                    "output_type": "display_data",
+                    "data": _jsonable(data),
+                    "metadata": _jsonable(metadata or {}),
+                }
             )
 
         def clear_output(self, wait: bool = False) -> None:
@@ -107,8 +114,12 @@ def _make_shell() -> Any:
 
         def _showtraceback(self, etype, evalue, stb) -> None:  # what ipykernel sends as "error"
             self.collected.append(
-                {"output_type": "error", "ename": getattr(etype, "__name__", str(etype)),
-                 "evalue": str(evalue), "traceback": list(stb)}
+                {
+                    "output_type": "error",
+                    "ename": getattr(etype, "__name__", str(etype)),
+                    "evalue": str(evalue),
+                    "traceback": list(stb),
+                }
             )
 
     shell = CollectingShell.instance(colors="nocolor")
@@ -182,16 +193,23 @@ def execute_cells(cells: list[CellJob], report_fd: int, record: bool, salt: int 
             # The traceback display was silenced (a known cheat patches showtraceback):
             # the cell's own result still says it failed, as a kernel's reply status would.
             shell.collected.append(
-                {"output_type": "error", "ename": type(failure).__name__,
-                 "evalue": str(failure), "traceback": []}
+                {
+                    "output_type": "error",
+                    "ename": type(failure).__name__,
+                    "evalue": str(failure),
+                    "traceback": [],
+                }
             )
         outputs = [
             {"output_type": "stream", "name": s.name, "text": s.text()}
-            for s in (stdout, stderr) if s.size or s.dropped
+            for s in (stdout, stderr)
+            if s.size or s.dropped
         ] + [_bounded(o) for o in shell.collected]
         records = recorder.records.pop(cell.index, []) if recorder is not None else []
-        write_line(report_fd, {"index": cell.index, "outputs": outputs,
-                               "records": [_encode_record(r) for r in records]})
+        write_line(
+            report_fd,
+            {"index": cell.index, "outputs": outputs, "records": [_encode_record(r) for r in records]},
+        )
 
 
 def _memory_limiter() -> Any:
@@ -216,14 +234,22 @@ def _bounded(output: dict) -> dict:
     """Error texts cut to MAX_ERROR_CHARS: the learner chooses them, the feedback echoes them."""
     if output.get("output_type") != "error":
         return output
-    return {**output, "evalue": str(output.get("evalue", ""))[:MAX_ERROR_CHARS],
-            "traceback": [str(t)[:MAX_ERROR_CHARS] for t in output.get("traceback", [])[:50]]}
+    return {
+        **output,
+        "evalue": str(output.get("evalue", ""))[:MAX_ERROR_CHARS],
+        "traceback": [str(t)[:MAX_ERROR_CHARS] for t in output.get("traceback", [])[:50]],
+    }
 
 
 def _encode_record(rec: Any) -> dict:
-    entry = {"exercise": rec.exercise, "seed": rec.seed, "params": _jsonable_params(rec.params),
-             "error": str(rec.error)[:MAX_ERROR_CHARS], "arrays": None,
-             "reached": [str(r)[:MAX_REACHED_CHARS] for r in getattr(rec, "reached", ())[:MAX_REACHED]]}
+    entry = {
+        "exercise": rec.exercise,
+        "seed": rec.seed,
+        "params": _jsonable_params(rec.params),
+        "error": str(rec.error)[:MAX_ERROR_CHARS],
+        "arrays": None,
+        "reached": [str(r)[:MAX_REACHED_CHARS] for r in getattr(rec, "reached", ())[:MAX_REACHED]],
+    }
     if rec.outputs is not None:
         try:
             arrays = {key: np.asarray(v) for key, v in rec.outputs.items()}

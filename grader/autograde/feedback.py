@@ -126,6 +126,9 @@ def release_feedback(out: Path, student: str, assignment: str, exchange_course: 
     secret = _read_small(folder / SECRET)
     if not secret:
         return []
-    return [release_page(exchange_course, secret.decode("utf-8", "replace"), page.stem,
-                         page.read_text(encoding="utf-8"))
-            for page in sorted(folder.glob("*.html"))]
+    return [
+        release_page(
+            exchange_course, secret.decode("utf-8", "replace"), page.stem, page.read_text(encoding="utf-8")
+        )
+        for page in sorted(folder.glob("*.html"))
+    ]

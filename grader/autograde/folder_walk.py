@@ -42,8 +42,7 @@ class FolderLimits:
 
 
 # A job's home is a 64 MB tmpfs (mount_tree.py): no submission needs more than that.
-SUBMISSION_LIMITS = FolderLimits(depth=16, file_bytes=MAX_NOTEBOOK_BYTES, total_bytes=64 * MB,
-                                 entries=10_000)
+SUBMISSION_LIMITS = FolderLimits(depth=16, file_bytes=MAX_NOTEBOOK_BYTES, total_bytes=64 * MB, entries=10_000)
 TRUSTED = FolderLimits(None, None, None, None)  # the source and the grader's own code
 
 
@@ -89,13 +88,19 @@ class FolderWalk:
         if self.skipped:
             listed = [f"{s.relative}: {s.why}" for s in self.skipped[:NOTE_NAMES]]
             more = len(self.skipped) - NOTE_NAMES
-            notes.append("not copied into the grading job: " + "; ".join(listed)
-                         + (f"; and {more} more" if more > 0 else ""))
+            notes.append(
+                "not copied into the grading job: "
+                + "; ".join(listed)
+                + (f"; and {more} more" if more > 0 else "")
+            )
         if self.symlinks:
             listed = [str(p) for p in self.symlinks[:NOTE_NAMES]]
             more = len(self.symlinks) - NOTE_NAMES
-            notes.append("symlinks are not followed (not copied): " + ", ".join(listed)
-                         + (f" and {more} more" if more > 0 else ""))
+            notes.append(
+                "symlinks are not followed (not copied): "
+                + ", ".join(listed)
+                + (f" and {more} more" if more > 0 else "")
+            )
         return notes
 
 
@@ -118,9 +123,16 @@ def _megabytes(size: int) -> str:
     return f"{size / MB:,.0f} MB" if size >= MB else f"{size:,} bytes"
 
 
-def walk_folder(folder: Path, limits: FolderLimits = SUBMISSION_LIMITS, *, read: bool = True,
-                skip_names: frozenset[str] = frozenset(), dir_fd: int | None = None,
-                copy_to: Path | None = None, owner: int | None = None) -> FolderWalk:
+def walk_folder(
+    folder: Path,
+    limits: FolderLimits = SUBMISSION_LIMITS,
+    *,
+    read: bool = True,
+    skip_names: frozenset[str] = frozenset(),
+    dir_fd: int | None = None,
+    copy_to: Path | None = None,
+    owner: int | None = None,
+) -> FolderWalk:
     """Every regular file under ``folder``, sorted, without following a symlink; never raises.
 
     ``folder`` is opened once (or ``dir_fd`` is its open descriptor) and everything below it
@@ -166,8 +178,19 @@ def walk_folder(folder: Path, limits: FolderLimits = SUBMISSION_LIMITS, *, read:
                 walk.skipped.append(Skipped(relative / name, f"the folder could not be read ({reason(exc)})"))
                 continue
             try:
-                listed = _list(child, relative / name, depth + 1, walk, limits, skip_names, read, copy_to,
-                               owner, counts, base)
+                listed = _list(
+                    child,
+                    relative / name,
+                    depth + 1,
+                    walk,
+                    limits,
+                    skip_names,
+                    read,
+                    copy_to,
+                    owner,
+                    counts,
+                    base,
+                )
             except BaseException:
                 os.close(child)
                 raise
@@ -184,9 +207,19 @@ def walk_folder(folder: Path, limits: FolderLimits = SUBMISSION_LIMITS, *, read:
     return walk
 
 
-def _list(fd: int, relative: Path, depth: int, walk: FolderWalk, limits: FolderLimits,
-          skip_names: frozenset[str], read: bool, copy_to: Path | None, owner: int | None,
-          counts: list[int], base: Path) -> list[tuple[str, os.stat_result]] | None:
+def _list(
+    fd: int,
+    relative: Path,
+    depth: int,
+    walk: FolderWalk,
+    limits: FolderLimits,
+    skip_names: frozenset[str],
+    read: bool,
+    copy_to: Path | None,
+    owner: int | None,
+    counts: list[int],
+    base: Path,
+) -> list[tuple[str, os.stat_result]] | None:
     """One folder's entries (through its descriptor ``fd``) into ``walk``; its subfolders to
     enter, as (name, stat); ``None`` when ``walk.problem`` was set (stop the walk). Kept
     files are named under ``base`` (the copy if there is one, else the walked folder)."""
@@ -218,9 +251,13 @@ def _list(fd: int, relative: Path, depth: int, walk: FolderWalk, limits: FolderL
         if stat.S_ISLNK(st.st_mode):
             walk.symlinks.append(name)
         elif owner is not None and st.st_uid != owner:
-            walk.skipped.append(Skipped(name, "owned by another user than the submission folder (a hard "
-                                              "link to someone else's file?)",
-                                        regular=stat.S_ISREG(st.st_mode)))
+            walk.skipped.append(
+                Skipped(
+                    name,
+                    "owned by another user than the submission folder (a hard link to someone else's file?)",
+                    regular=stat.S_ISREG(st.st_mode),
+                )
+            )
         elif stat.S_ISDIR(st.st_mode):
             if limits.depth is not None and depth + 1 > limits.depth:
                 walk.skipped.append(Skipped(name, f"a folder more than {limits.depth} levels deep"))
@@ -229,18 +266,27 @@ def _list(fd: int, relative: Path, depth: int, walk: FolderWalk, limits: FolderL
         elif not stat.S_ISREG(st.st_mode):
             walk.skipped.append(Skipped(name, "not a regular file"))
         elif limits.file_bytes is not None and file_size(st) > limits.file_bytes:
-            walk.skipped.append(Skipped(name, f"{_megabytes(file_size(st))}, over the "
-                                              f"{_megabytes(limits.file_bytes)} limit for one file",
-                                        regular=True))
+            walk.skipped.append(
+                Skipped(
+                    name,
+                    f"{_megabytes(file_size(st))}, over the "
+                    f"{_megabytes(limits.file_bytes)} limit for one file",
+                    regular=True,
+                )
+            )
         else:
             counts[1] += file_size(st)
             if limits.total_bytes is not None and counts[1] > limits.total_bytes:
-                walk.problem = (f"the submission folder holds more than {_megabytes(limits.total_bytes)} "
-                                "of files")
+                walk.problem = (
+                    f"the submission folder holds more than {_megabytes(limits.total_bytes)} of files"
+                )
                 return None
             try:
-                digest = (safe_open.hash_file(entry, fd, st, limits.file_bytes, copy_to and copy_to / name)
-                          if read or copy_to is not None else None)
+                digest = (
+                    safe_open.hash_file(entry, fd, st, limits.file_bytes, copy_to and copy_to / name)
+                    if read or copy_to is not None
+                    else None
+                )
             except OSError as exc:
                 walk.skipped.append(Skipped(name, f"could not be read ({reason(exc)})", regular=True))
                 continue
@@ -267,8 +313,9 @@ def copy_walked_file(file: WalkedFile, target: Path) -> None:
         raise ValueError(f"{file.relative} changed while it was being graded; run again")
 
 
-def folder_fingerprint(folder: Path, limits: FolderLimits = TRUSTED,
-                       skip_names: frozenset[str] = frozenset()) -> str:
+def folder_fingerprint(
+    folder: Path, limits: FolderLimits = TRUSTED, skip_names: frozenset[str] = frozenset()
+) -> str:
     """A hash of every regular file under ``folder`` (names and contents); symlinks skipped."""
     return walk_folder(folder, limits, skip_names=skip_names).digest()
 
@@ -288,5 +335,6 @@ def code_fingerprint() -> str:
     except ImportError:
         pass
     caches = frozenset({"__pycache__"})
-    return hashlib.sha256("".join(folder_fingerprint(f, skip_names=caches) for f in folders).encode()
-                          ).hexdigest()
+    return hashlib.sha256(
+        "".join(folder_fingerprint(f, skip_names=caches) for f in folders).encode()
+    ).hexdigest()

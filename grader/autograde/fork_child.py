@@ -47,8 +47,11 @@ SHARED_UID_TASKS = {True: 1024, False: 64}
 
 def _limits(limits: Limits, isolation: Isolation, counted: bool, as_root: bool) -> dict[int, int]:
     """The job's rlimits; ``counted``: a cgroup counts the job's memory and tasks."""
-    memory = limits.memory_bytes if counted or isolation is not Isolation.NAMESPACES \
+    memory = (
+        limits.memory_bytes
+        if counted or isolation is not Isolation.NAMESPACES
         else limits.process_memory_bytes
+    )
     values = {
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_CPU: int(limits.timeout) + 5,
@@ -64,15 +67,22 @@ def _limits(limits: Limits, isolation: Isolation, counted: bool, as_root: bool) 
 def _learner_environment(home: str) -> dict[str, str]:
     """The child's whole environment: nothing of the grader's (no URLs, no tokens)."""
     return {
-        "HOME": home, "IPYTHONDIR": os.path.join(home, ".ipython"), "TMPDIR": "/tmp",
+        "HOME": home,
+        "IPYTHONDIR": os.path.join(home, ".ipython"),
+        "TMPDIR": "/tmp",
         "PATH": os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
-        "NBGRADER_EXECUTION": "autograde", "MPLCONFIGDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+        "NBGRADER_EXECUTION": "autograde",
+        "MPLCONFIGDIR": "/tmp",
     }
 
 
-def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: mount_tree.View | None,
-              counted: bool = False) -> None:
+def _job_main(
+    job: ChildJob, cells: list, isolation: Isolation, view: mount_tree.View | None, counted: bool = False
+) -> None:
     """Runs as the job's PID 1 (or its only process without namespaces). Never returns.
 
     ``counted``: the job is in cgroups of its own; without them the per-process limits are
@@ -114,8 +124,21 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: mount_tree
         from grader.autograde.execution import CellJob, execute_cells
 
         status = ChildExit.CELL_LOOP_FAILED
-        execute_cells([CellJob(c["index"], c["source"], c["hidden"], c.get("memory_bytes"),
-                               bool(c.get("warnings_on_stdout"))) for c in cells], 3, job.record, job.salt)
+        execute_cells(
+            [
+                CellJob(
+                    c["index"],
+                    c["source"],
+                    c["hidden"],
+                    c.get("memory_bytes"),
+                    bool(c.get("warnings_on_stdout")),
+                )
+                for c in cells
+            ],
+            3,
+            job.record,
+            job.salt,
+        )
         status = ChildExit.OK
     except BaseException:  # noqa: BLE001 - report the sandbox's own failure in the log
         traceback.print_exc()
@@ -123,8 +146,16 @@ def _job_main(job: ChildJob, cells: list, isolation: Isolation, view: mount_tree
         os._exit(status)  # no interpreter teardown: the learner may have left threads behind
 
 
-def first_child(job: ChildJob, isolation: Isolation, view: mount_tree.View | None,
-                 report: int, log: int, pid_pipe: int, server: int, cgroup_procs: tuple[str, ...]) -> None:
+def first_child(
+    job: ChildJob,
+    isolation: Isolation,
+    view: mount_tree.View | None,
+    report: int,
+    log: int,
+    pid_pipe: int,
+    server: int,
+    cgroup_procs: tuple[str, ...],
+) -> None:
     """The forked child: read the cells, wire descriptors, then keep the job (namespaces) or
     run it (without them)."""
     status = ChildExit.CHILD_NOT_STARTED
@@ -152,8 +183,9 @@ def first_child(job: ChildJob, isolation: Isolation, view: mount_tree.View | Non
 KEEPER_GRACE = 2.0  # seconds past the time limit after which the keeper kills PID 1 itself
 
 
-def _keeper(job: ChildJob, cells: list, view: mount_tree.View | None, server: int,
-            cgroup_procs: tuple[str, ...]) -> None:
+def _keeper(
+    job: ChildJob, cells: list, view: mount_tree.View | None, server: int, cgroup_procs: tuple[str, ...]
+) -> None:
     """Join the job's cgroups, enter its namespaces, start its PID 1, and keep it. Never returns.
 
     This process runs no learner code and stays outside the job's PID namespace, where no

@@ -29,12 +29,20 @@ class ForkServer(Executor):
 
     def __init__(self, config: ServerConfig) -> None:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg",
-                   HOME=os.environ.get("HOME", "/"), PYTHONDONTWRITEBYTECODE="1")
+        env.update(
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+            MPLBACKEND="Agg",
+            HOME=os.environ.get("HOME", "/"),
+            PYTHONDONTWRITEBYTECODE="1",
+        )
         self.config = config
         self.process = subprocess.Popen(
             [sys.executable, "-m", "grader.autograde.sandbox"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd="/",
         )
         # the configuration goes in on stdin, not argv: a child's /proc/self/cmdline is its own
         self.process.stdin.write(config.to_line().encode())
@@ -78,8 +86,9 @@ class ForkServer(Executor):
             if event["event"] == "exited" and event["id"] in self.running:
                 job, submitted = self.running.pop(event["id"])
                 _job_phases(event.get("phases"), time.monotonic() - submitted)
-                finished.append(Finished(job, event["code"], bool(event["timed_out"]),
-                                         time.monotonic() - submitted))
+                finished.append(
+                    Finished(job, event["code"], bool(event["timed_out"]), time.monotonic() - submitted)
+                )
         return finished
 
     def _read_event(self, timeout: float) -> dict | None:

@@ -68,8 +68,12 @@ class ChildJob:
         return cls(**data)
 
 
-def write_job_cells(folder: Path, cells: list[tuple[int, str, bool]],
-                    memory_budgets: dict[int, int] | None = None, warnings_on_stdout: bool = False) -> None:
+def write_job_cells(
+    folder: Path,
+    cells: list[tuple[int, str, bool]],
+    memory_budgets: dict[int, int] | None = None,
+    warnings_on_stdout: bool = False,
+) -> None:
     """The parent's half of a job: the cells (index, source, is a test cell) for the child,
     for some cells the bytes they may allocate (``execution.execute_cells`` lowers the
     address-space limit to that before the cell runs), and whether warnings are shown on
@@ -77,9 +81,22 @@ def write_job_cells(folder: Path, cells: list[tuple[int, str, bool]],
     budgets = memory_budgets or {}
     (folder / "home").mkdir(parents=True, exist_ok=True)
     (folder / "root").mkdir(exist_ok=True)
-    (folder / "job.json").write_text(json.dumps(
-        {"cells": [{"index": i, "source": s, "hidden": h, "memory_bytes": budgets.get(i),
-                    "warnings_on_stdout": warnings_on_stdout} for i, s, h in cells]}))
+    (folder / "job.json").write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "index": i,
+                        "source": s,
+                        "hidden": h,
+                        "memory_bytes": budgets.get(i),
+                        "warnings_on_stdout": warnings_on_stdout,
+                    }
+                    for i, s, h in cells
+                ]
+            }
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -94,14 +111,27 @@ class ServerConfig:
 
     def to_line(self) -> str:
         """The server's first line on stdin (never argv: a child's /proc/self/cmdline is its own)."""
-        return json.dumps({"isolation": str(self.isolation), "hidden": list(self.hidden),
-                           "readonly": list(self.readonly), "cgroups": self.cgroups}) + "\n"
+        return (
+            json.dumps(
+                {
+                    "isolation": str(self.isolation),
+                    "hidden": list(self.hidden),
+                    "readonly": list(self.readonly),
+                    "cgroups": self.cgroups,
+                }
+            )
+            + "\n"
+        )
 
     @classmethod
     def from_line(cls, line: bytes) -> ServerConfig:
         raw = json.loads(line)
-        return cls(Isolation(raw["isolation"]), tuple(raw.get("hidden", ())),
-                   tuple(raw.get("readonly", ())), bool(raw.get("cgroups", True)))
+        return cls(
+            Isolation(raw["isolation"]),
+            tuple(raw.get("hidden", ())),
+            tuple(raw.get("readonly", ())),
+            bool(raw.get("cgroups", True)),
+        )
 
 
 def exited_event(job_id: str, code: int, timed_out: bool) -> dict:

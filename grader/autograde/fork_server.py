@@ -40,8 +40,9 @@ class Child:
 
     def event(self, status: int) -> dict:
         self.reported = True
-        event = exited_event(self.id, os.waitstatus_to_exitcode(status),
-                             self.timed_out or time.monotonic() >= self.deadline)
+        event = exited_event(
+            self.id, os.waitstatus_to_exitcode(status), self.timed_out or time.monotonic() >= self.deadline
+        )
         # the job's phases (seconds), for GRADER_PHASES: the parent only adds them up
         event["phases"] = [*self.setup, time.monotonic() - self.started]
         return event
@@ -60,8 +61,9 @@ def leader_pidfd(pid: int) -> int:
 class Server:
     """What the loop holds: the configuration, the view, the run's cgroups, the jobs."""
 
-    def __init__(self, config: ServerConfig, view: mount_tree.View | None,
-                 cgroups: cgroup_tree.Cgroups | None) -> None:
+    def __init__(
+        self, config: ServerConfig, view: mount_tree.View | None, cgroups: cgroup_tree.Cgroups | None
+    ) -> None:
         self.config, self.view, self.cgroups = config, view, cgroups
         self.children: dict[int, Child] = {}  # pidfd of Child.pid -> child
         self.pipes: dict[int, Child] = {}  # Child.status_fd -> child
@@ -91,8 +93,17 @@ class Server:
             if name:
                 self.cgroups.remove_job(name)
             return None
-        child = Child(job.id, first, leader, -1, started + job.limits.timeout, self.config.isolation, name,
-                      started=started, setup=(started - made, time.monotonic() - started))
+        child = Child(
+            job.id,
+            first,
+            leader,
+            -1,
+            started + job.limits.timeout,
+            self.config.isolation,
+            name,
+            started=started,
+            setup=(started - made, time.monotonic() - started),
+        )
         if child.isolation is Isolation.NAMESPACES:
             child.leader_fd = leader_pidfd(leader)
             child.status_fd = read_end

@@ -15,16 +15,24 @@ from nbgrader.api import Gradebook
 from grader.autograde.nbgrader_adapters import alembic_head_in_process
 
 _HINTS = [  # (words in the driver's message, what to fix)
-    (("no password supplied", "password authentication failed"),
-     "give the password in a libpq password file (PGPASSFILE or ~/.pgpass) or in the URL"),
+    (
+        ("no password supplied", "password authentication failed"),
+        "give the password in a libpq password file (PGPASSFILE or ~/.pgpass) or in the URL",
+    ),
     (("does not exist",), "create the database first (createdb NAME) or fix its name in the URL"),
-    (("connection refused", "could not connect", "timeout expired", "could not translate host"),
-     "is the database server running, and reachable at the URL's host and port?"),
+    (
+        ("connection refused", "could not connect", "timeout expired", "could not translate host"),
+        "is the database server running, and reachable at the URL's host and port?",
+    ),
     (("unable to open database file",), "the folder of the SQLite file must exist and be writable"),
-    (("no module named", "can't load plugin"),
-     "the URL's driver is not installed: for PostgreSQL use postgresql+psycopg://"),
-    (("could not parse", "invalid"), "a URL looks like sqlite:////abs/path.db or "
-                                     "postgresql+psycopg://user@host:5432/dbname"),
+    (
+        ("no module named", "can't load plugin"),
+        "the URL's driver is not installed: for PostgreSQL use postgresql+psycopg://",
+    ),
+    (
+        ("could not parse", "invalid"),
+        "a URL looks like sqlite:////abs/path.db or postgresql+psycopg://user@host:5432/dbname",
+    ),
 ]
 
 
@@ -40,8 +48,9 @@ def unavailable_message(db_url: str, exc: BaseException) -> str:
         shown = "(an unreadable URL)"
     reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     first = reason[0] if reason else type(exc).__name__
-    hint = next((fix for words, fix in _HINTS if any(w in first.lower() for w in words)),
-                "check the --db URL")
+    hint = next(
+        (fix for words, fix in _HINTS if any(w in first.lower() for w in words)), "check the --db URL"
+    )
     return f"cannot open the gradebook {shown}: {first}; {hint}"
 
 
@@ -63,6 +72,7 @@ def open_gradebook(db_url: str) -> Gradebook:
     except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
         raise GradebookUnavailable(unavailable_message(db_url, exc)) from None
     if db_url.startswith("sqlite"):
+
         @event.listens_for(gradebook.engine, "connect")
         def _pragmas(dbapi_connection, _record) -> None:
             cursor = dbapi_connection.cursor()

@@ -28,7 +28,8 @@ def late_penalties(run: Run, sub: Submission, jobs: list[NotebookJob], result: S
     apply_extension(run.gradebook, sub.assignment, sub.student, run.out)
     for job in jobs:
         SharedAssignLatePenalties(run.gradebook, config=run.policy.nbgrader_config(), log=QUIET).preprocess(
-            job.sanitized.nb, nbgrader_resources(run.db_url, sub.assignment, job.notebook, sub.student))
+            job.sanitized.nb, nbgrader_resources(run.db_url, sub.assignment, job.notebook, sub.student)
+        )
     submission = run.gradebook.find_submission(sub.assignment, sub.student)
     if submission.timestamp is not None and submission.duedate is not None:
         result.late_by_seconds = round(submission.total_seconds_late, 3)

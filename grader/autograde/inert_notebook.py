@@ -123,13 +123,19 @@ def _output(output: Any, removed: list[str]) -> dict[str, Any] | None:
     kind = output.get("output_type") if isinstance(output, dict) else None
     if kind == "stream":
         name = output.get("name")
-        return {"output_type": "stream", "name": name if name in ("stdout", "stderr") else "stdout",
-                "text": _string(output.get("text", ""))}
+        return {
+            "output_type": "stream",
+            "name": name if name in ("stdout", "stderr") else "stdout",
+            "text": _string(output.get("text", "")),
+        }
     if kind == "error":
         traceback = output.get("traceback", [])
-        return {"output_type": "error", "ename": _string(output.get("ename", "")),
-                "evalue": _string(output.get("evalue", "")),
-                "traceback": [_string(line) for line in traceback] if isinstance(traceback, list) else []}
+        return {
+            "output_type": "error",
+            "ename": _string(output.get("ename", "")),
+            "evalue": _string(output.get("evalue", "")),
+            "traceback": [_string(line) for line in traceback] if isinstance(traceback, list) else [],
+        }
     if kind not in ("execute_result", "display_data"):
         removed.append(f"output type {str(kind)[:40]!r}")
         return None
@@ -179,13 +185,16 @@ def _image_size(meta: Any, mime: str) -> dict[str, int]:
     found = meta.get(mime, {}) if isinstance(meta, dict) else {}
     if not isinstance(found, dict):
         return {}
-    return {k: found[k] for k in ("width", "height")
-            if isinstance(found.get(k), int) and not isinstance(found.get(k), bool)}
+    return {
+        k: found[k]
+        for k in ("width", "height")
+        if isinstance(found.get(k), int) and not isinstance(found.get(k), bool)
+    }
 
 
 def _attachments(attachments: Any, removed: list[str]) -> dict[str, Any]:
     kept: dict[str, Any] = {}
-    for name, bundle in (attachments.items() if isinstance(attachments, dict) else []):
+    for name, bundle in attachments.items() if isinstance(attachments, dict) else []:
         safe = {m: _string(v) for m, v in (bundle.items() if isinstance(bundle, dict) else [])
                 if m in ("image/png", "image/jpeg") and _image(v)}  # fmt: skip
         if len(safe) != (len(bundle) if isinstance(bundle, dict) else -1):

@@ -40,10 +40,16 @@ def pack_job(job: ChildJob, hidden: tuple[str, ...], isolation: Isolation) -> di
             if total > MAX_PACKED_BYTES:
                 raise ValueError(f"the files beside the notebook are over {MAX_PACKED_BYTES // 2**20} MB")
             files[path.relative_to(home).as_posix()] = data
-    return {"id": job.id, "job_json": (folder / "job.json").read_bytes(), "files": files,
-            "limits": asdict(job.limits), "record": job.record, "salt": job.salt,
-            "isolation": str(isolation),
-            "hidden": list(hidden)}
+    return {
+        "id": job.id,
+        "job_json": (folder / "job.json").read_bytes(),
+        "files": files,
+        "limits": asdict(job.limits),
+        "record": job.record,
+        "salt": job.salt,
+        "isolation": str(isolation),
+        "hidden": list(hidden),
+    }
 
 
 def _safe_relative(name: str) -> PurePosixPath:
@@ -62,5 +68,10 @@ def unpack_job(packed: dict[str, Any], folder: Path) -> ChildJob:
         target = folder / "home" / _safe_relative(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    return ChildJob(str(packed["id"]), str(folder), Limits(**packed["limits"]), bool(packed["record"]),
-                    int(packed.get("salt", 0)))
+    return ChildJob(
+        str(packed["id"]),
+        str(folder),
+        Limits(**packed["limits"]),
+        bool(packed["record"]),
+        int(packed.get("salt", 0)),
+    )

@@ -86,8 +86,11 @@ def memory_budgets() -> dict[str, int | None]:
 
 def salted_cases(salt: int, checks: Iterable[Any]) -> list[Case]:
     """The cases a job's checks (``ExpectedCheck``) are judged on, under its ``salt``."""
-    return [(c.exercise, grading_seed(salt, c.exercise, c.seed, c.params), c.params)
-            for c in checks if c.exercise != CLOSE_CHECK]
+    return [
+        (c.exercise, grading_seed(salt, c.exercise, c.seed, c.params), c.params)
+        for c in checks
+        if c.exercise != CLOSE_CHECK
+    ]
 
 
 class JudgePool:
@@ -98,8 +101,9 @@ class JudgePool:
         # but imports); a process that may have computed with torch already (a test calling
         # autograde in-process) starts fresh interpreters instead, which a fork of it could hang
         method = "spawn" if "torch" in sys.modules else "fork"
-        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(method),
-                                         initializer=_start_worker)
+        self._pool = ProcessPoolExecutor(
+            processes, mp_context=multiprocessing.get_context(method), initializer=_start_worker
+        )
         # a fork-context pool forks all its processes at the first submit, before its own
         # manager thread starts: so now, while the parent is still single-threaded (not
         # waited for: the processes import torch while the parent gets on with its work)

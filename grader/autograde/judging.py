@@ -45,12 +45,14 @@ class ExpectedCheck:
         return self.exercise != CLOSE_CHECK
 
 
-def expected_checks(cells: dict[int, CellReport],
-                    grade_id_of: dict[int, str]) -> dict[str, list[ExpectedCheck]]:
+def expected_checks(
+    cells: dict[int, CellReport], grade_id_of: dict[int, str]
+) -> dict[str, list[ExpectedCheck]]:
     """From the solution run's report: grade id -> the checks its test cell makes."""
     return {
         grade_id_of[index]: [ExpectedCheck(r.exercise, r.seed, r.params) for r in cell.records]
-        for index, cell in cells.items() if index in grade_id_of
+        for index, cell in cells.items()
+        if index in grade_id_of
     }
 
 
@@ -62,24 +64,30 @@ class CheckFailure:
     missing: bool = False
 
 
-def rejudge(expected: list[ExpectedCheck], records: list[Record], salt: int = 0,
-            answers: CaseAnswers | None = None) -> CheckFailure | None:
+def rejudge(
+    expected: list[ExpectedCheck], records: list[Record], salt: int = 0, answers: CaseAnswers | None = None
+) -> CheckFailure | None:
     """None when every check the test cell must make arrived and passes here, on the inputs
     the job's ``salt`` drew (the parent draws the same ones); ``answers``: the run's cache."""
     for k, want in enumerate(expected):
         if k >= len(records):
-            return CheckFailure(f"check {k + 1} of {len(expected)} ({want.exercise}) never reported "
-                                "a result", missing=True)
+            return CheckFailure(
+                f"check {k + 1} of {len(expected)} ({want.exercise}) never reported a result", missing=True
+            )
         got = records[k]
         if got.exercise != want.exercise:
-            return CheckFailure(f"check {k + 1} reported {got.exercise!r} instead of "
-                                f"{want.exercise!r}", missing=True)
+            return CheckFailure(
+                f"check {k + 1} reported {got.exercise!r} instead of {want.exercise!r}", missing=True
+            )
         if got.error:
             return CheckFailure(got.error)
         if got.arrays is None:
             return CheckFailure(f"check {k + 1} ({want.exercise}) sent no readable output", missing=True)
-        message = (judge_close(want, got.arrays) if want.exercise == CLOSE_CHECK
-                   else judge_arrays(want, got.arrays, salt, answers))
+        message = (
+            judge_close(want, got.arrays)
+            if want.exercise == CLOSE_CHECK
+            else judge_arrays(want, got.arrays, salt, answers)
+        )
         if message:
             return CheckFailure(message)
     return None
@@ -95,9 +103,10 @@ def judge_close(want: ExpectedCheck, arrays: dict[str, np.ndarray]) -> str:
     return close_message(got, expected, what, float(want.params.get("atol", 1e-6)))
 
 
-def judge_arrays(want: ExpectedCheck, arrays: dict[str, np.ndarray], salt: int = 0,
-                 answers: CaseAnswers | None = None) -> str:
-    """"" when the learner's arrays are right for this case, else the explanation.
+def judge_arrays(
+    want: ExpectedCheck, arrays: dict[str, np.ndarray], salt: int = 0, answers: CaseAnswers | None = None
+) -> str:
+    """ "" when the learner's arrays are right for this case, else the explanation.
 
     The classic bugs' outputs only name a mistake, so they are computed only for a failing
     output: a passing check costs one reference run. ``answers`` is the run's cache (a
@@ -165,8 +174,11 @@ class CaseAnswers:
         """The case's inputs, reference outputs and classic bugs' outputs."""
         entry = self._entry(spec, seed, params)
         if entry[2] is None:
-            entry[2] = (spec.bug_outputs(entry[0]) if self.pool is None
-                        else self.pool.bug_outputs((spec.name, seed, params)))
+            entry[2] = (
+                spec.bug_outputs(entry[0])
+                if self.pool is None
+                else self.pool.bug_outputs((spec.name, seed, params))
+            )
             _read_only(*(outputs for _, outputs in entry[2]))
         return entry[0], Shipped(entry[1], entry[2])
 

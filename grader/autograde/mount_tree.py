@@ -39,8 +39,10 @@ _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     call(
         libc.mount(
-            None if source is None else source.encode(), target.encode(),
-            None if fstype is None else fstype.encode(), ctypes.c_ulong(flags),
+            None if source is None else source.encode(),
+            target.encode(),
+            None if fstype is None else fstype.encode(),
+            ctypes.c_ulong(flags),
             None if data is None else data.encode(),
         ),
         f"mount {source} on {target}",
@@ -87,9 +89,14 @@ def _statvfs_flags(path: str) -> int:
     """Mount flags of the mount that holds ``path``, as mount(2) wants them on a remount."""
     f = os.statvfs(path).f_flag
     flags = 0
-    for st, ms in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
-                   (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
-                   (os.ST_RELATIME, MS_RELATIME)):
+    for st, ms in (
+        (os.ST_NOSUID, MS_NOSUID),
+        (os.ST_NODEV, MS_NODEV),
+        (os.ST_NOEXEC, MS_NOEXEC),
+        (os.ST_NOATIME, MS_NOATIME),
+        (os.ST_NODIRATIME, MS_NODIRATIME),
+        (os.ST_RELATIME, MS_RELATIME),
+    ):
         if f & st:
             flags |= ms
     return flags
@@ -124,8 +131,10 @@ def _write_etc(etc: str) -> None:
     users, host name or secrets (no shadow, hostname, ssl, ...)."""
     _ensure_dir(etc)
     uid, gid = (NOBODY, NOBODY) if os.getuid() == 0 else (os.getuid(), os.getgid())
-    users = {0: "root:x:0:0:root:/root:/usr/sbin/nologin",
-             NOBODY: f"nobody:x:{NOBODY}:{NOBODY}:nobody:{HOME}:/usr/sbin/nologin"}
+    users = {
+        0: "root:x:0:0:root:/root:/usr/sbin/nologin",
+        NOBODY: f"nobody:x:{NOBODY}:{NOBODY}:nobody:{HOME}:/usr/sbin/nologin",
+    }
     groups = {0: "root:x:0:", NOBODY: f"nogroup:x:{NOBODY}:"}
     users.setdefault(uid, f"learner:x:{uid}:{gid}:learner:{HOME}:/usr/sbin/nologin")
     groups.setdefault(gid, f"learner:x:{gid}:")
@@ -157,25 +166,44 @@ def build_root(new_root: str, view: View, home: str, tmp_bytes: int) -> None:
     # The writable places first, so that read-only folders below them (a venv under /tmp,
     # say) are mounted on top of them and not hidden by them.
     _ensure_dir(new_root + "/tmp")
-    _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={tmp_bytes},nr_inodes={TMP_INODES},mode=1777")
+    _mount(
+        "tmpfs",
+        new_root + "/tmp",
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={tmp_bytes},nr_inodes={TMP_INODES},mode=1777",
+    )
     _ensure_dir(new_root + "/dev")
     _mount("tmpfs", new_root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755")
     for node in ("null", "zero", "full", "random", "urandom"):
         _bind("/dev/" + node, f"{new_root}/dev/{node}", readonly=False)
     _ensure_dir(new_root + "/dev/shm")
-    _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={tmp_bytes},nr_inodes={TMP_INODES},mode=1777")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    _mount(
+        "tmpfs",
+        new_root + "/dev/shm",
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={tmp_bytes},nr_inodes={TMP_INODES},mode=1777",
+    )
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{new_root}/dev/{name}")
     _ensure_dir(new_root + "/proc")
     _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # The job's home is a size-limited tmpfs holding a copy of the job folder's files: the
     # child's writes cannot fill the grader's disk, and the job folder itself stays as given.
     _ensure_dir(new_root + HOME)
-    _mount("tmpfs", new_root + HOME, "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={tmp_bytes},nr_inodes={HOME_INODES},mode=0755")
+    _mount(
+        "tmpfs",
+        new_root + HOME,
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={tmp_bytes},nr_inodes={HOME_INODES},mode=0755",
+    )
     shutil.copytree(home, new_root + HOME, symlinks=True, dirs_exist_ok=True)
     _write_etc(new_root + "/etc")  # on the root tmpfs: read-only with it, below
     for path in view.readonly:

@@ -70,8 +70,9 @@ def lend(module: Any, name: str, value: Any) -> Iterator[None]:
 
 def nbgrader_resources(db_url: str, assignment: str, notebook: str, student: str) -> dict[str, Any]:
     """The ``resources`` nbgrader's gradebook preprocessors read: which notebook, which gradebook."""
-    return {"nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook,
-                         "student": student}}
+    return {
+        "nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook, "student": student}
+    }
 
 
 # ------------------------------------------------------------------ one open gradebook
@@ -99,8 +100,9 @@ class _Lent:
         return None
 
 
-def lent_gradebook(module: Any, gradebook: Gradebook,
-                   source_cells: SourceCells | None = None) -> AbstractContextManager[None]:
+def lent_gradebook(
+    module: Any, gradebook: Gradebook, source_cells: SourceCells | None = None
+) -> AbstractContextManager[None]:
     """For the duration of one call, ``module``'s ``Gradebook(db_url)`` is the run's ``gradebook``."""
     lent = _Lent(gradebook, source_cells)
     return lend(module, "Gradebook", lambda *args, **kwargs: lent)
@@ -224,5 +226,10 @@ class DeduplicateIdsCleanly(DeduplicateIds):
 
 def sanitizing_preprocessors(source_cells: SourceCells) -> list[NbGraderPreprocessor]:
     """nbgrader autograde's ``sanitize_preprocessors``, in its order, as adapted here."""
-    return [ClearOutput(), DeduplicateIdsCleanly(), OverwriteKernelspec(),
-            SharedOverwriteCells(source_cells), CheckCellMetadataOnce()]
+    return [
+        ClearOutput(),
+        DeduplicateIdsCleanly(),
+        OverwriteKernelspec(),
+        SharedOverwriteCells(source_cells),
+        CheckCellMetadataOnce(),
+    ]

@@ -45,8 +45,10 @@ def read_notebook(path: Path) -> NotebookNode:
     if len(raw) > MAX_NOTEBOOK_BYTES:
         raise InvalidNotebook(f"{path.name} grew over the 50 MB limit while it was read")
     if raw.count(b'"cell_type"') > MAX_CELLS:  # every cell names its type: refused unparsed, in ms
-        raise InvalidNotebook(f"{path.name} has more than {MAX_CELLS:,} cells, over the limit of "
-                              f"{MAX_CELLS:,} cells for one notebook")
+        raise InvalidNotebook(
+            f"{path.name} has more than {MAX_CELLS:,} cells, over the limit of "
+            f"{MAX_CELLS:,} cells for one notebook"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -59,8 +61,9 @@ def read_notebook(path: Path) -> NotebookNode:
         raise InvalidNotebook(f"{path.name} is not valid notebook JSON: it has no list of cells")
     cells = len(data.get("cells", data.get("worksheets")))
     if cells > MAX_CELLS:
-        raise InvalidNotebook(f"{path.name} has {cells:,} cells, over the limit of {MAX_CELLS:,} cells "
-                              "for one notebook")
+        raise InvalidNotebook(
+            f"{path.name} has {cells:,} cells, over the limit of {MAX_CELLS:,} cells for one notebook"
+        )
     if data.get("nbformat") != 4:  # old formats: let nbformat convert (and validate) them
         try:
             return nbformat.reads(text, as_version=4)

@@ -88,8 +88,10 @@ def phase(name: str) -> Iterator[None]:
 
 def snapshot() -> dict[str, dict[str, float]]:
     """name -> {"seconds": total, "count": events}, plus ``wall``: seconds since start."""
-    return {"wall": {"seconds": time.perf_counter() - STARTED, "count": 1},
-            **{name: {"seconds": _totals[name], "count": _counts[name]} for name in sorted(_totals)}}
+    return {
+        "wall": {"seconds": time.perf_counter() - STARTED, "count": 1},
+        **{name: {"seconds": _totals[name], "count": _counts[name]} for name in sorted(_totals)},
+    }
 
 
 def write() -> None:

@@ -69,8 +69,17 @@ class GradeOptions:
 class Run:
     """One autograde run: its source, its outputs, its server, and a counter for job ids."""
 
-    def __init__(self, source: Path, out: Path, work: Path, server: Executor,
-                 gradebook: Gradebook, db_url: str, limits: Limits, policy: LatePolicy | None = None) -> None:
+    def __init__(
+        self,
+        source: Path,
+        out: Path,
+        work: Path,
+        server: Executor,
+        gradebook: Gradebook,
+        db_url: str,
+        limits: Limits,
+        policy: LatePolicy | None = None,
+    ) -> None:
         self.out, self.work, self.server = out, work, server
         self.gradebook, self.db_url, self.limits = gradebook, db_url, limits
         self.policy = policy or LatePolicy()
@@ -87,16 +96,24 @@ class Run:
         self.answers = CaseAnswers(self.judges)  # the reference's answers per case, for this run
         self.references: dict[str, Future] = {}  # job id -> its references, being computed
 
-    def new_job(self, cells: dict[int, NotebookNode], files: list[WalkedFile],
-                expected: dict[str, list[ExpectedCheck]] | None = None) -> ChildJob:
+    def new_job(
+        self,
+        cells: dict[int, NotebookNode],
+        files: list[WalkedFile],
+        expected: dict[str, list[ExpectedCheck]] | None = None,
+    ) -> ChildJob:
         """A job folder only the parent and that one child will ever see; ``expected`` (the
         source's checks per test cell) gives the cells their memory budgets."""
         job_id = f"j{next(self._ids)}"
         folder = self.work / "jobs" / job_id
         course = any((expected or {}).values())  # its checks go through attention_learner
         known = self.judges.memory_budgets() if course else None  # the pool's: none imported here
-        write_job_cells(folder, [(i, c.source, is_test_cell(c)) for i, c in cells.items()],
-                        memory_budgets(cells, expected or {}, known), warnings_on_stdout=course)
+        write_job_cells(
+            folder,
+            [(i, c.source, is_test_cell(c)) for i, c in cells.items()],
+            memory_budgets(cells, expected or {}, known),
+            warnings_on_stdout=course,
+        )
         _copy_beside_files(folder / "home", files)
         # a fresh secret per job: the child's checks draw their inputs from it, the parent too
         job = ChildJob(job_id, str(folder), self.limits, salt=secrets.randbits(62) + 1)
@@ -159,8 +176,9 @@ def _new_result(run: Run, sub: Submission, fingerprint: str) -> SubmissionResult
     return result
 
 
-def _prepare_safely(run: Run, sub: Submission,
-                    fingerprint: str) -> tuple[SubmissionResult, list[NotebookJob]]:
+def _prepare_safely(
+    run: Run, sub: Submission, fingerprint: str
+) -> tuple[SubmissionResult, list[NotebookJob]]:
     """A submission's result record and its jobs; one odd submission must not stop the class."""
     result = _new_result(run, sub, fingerprint)
     try:
@@ -172,8 +190,7 @@ def _prepare_safely(run: Run, sub: Submission,
         return result, []
 
 
-def _prepare(run: Run, sub: Submission, src: SourceAssignment,
-             result: SubmissionResult) -> list[NotebookJob]:
+def _prepare(run: Run, sub: Submission, src: SourceAssignment, result: SubmissionResult) -> list[NotebookJob]:
     if sub.problem:
         result.status, result.message = Status.INVALID, sub.problem
         return []
@@ -182,8 +199,9 @@ def _prepare(run: Run, sub: Submission, src: SourceAssignment,
     for name, path in sub.notebooks.items():
         try:
             nb = read_notebook(path)
-            sanitized = sanitize(nb, src.notebooks[name], run.source_cells, run.db_url, sub.assignment,
-                                 name, sub.student)
+            sanitized = sanitize(
+                nb, src.notebooks[name], run.source_cells, run.db_url, sub.assignment, name, sub.student
+            )
         except InvalidNotebook as exc:
             problems.append(str(exc))
             continue
@@ -200,8 +218,9 @@ def _prepare(run: Run, sub: Submission, src: SourceAssignment,
     return jobs
 
 
-def _finish_safely(run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob],
-                   summary: Summary) -> None:
+def _finish_safely(
+    run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob], summary: Summary
+) -> None:
     try:
         _finish(run, sub, result, jobs)
     except Exception as exc:  # a grader bug on one submission: say so, go on with the rest
@@ -227,8 +246,15 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
     src = run.sources[sub.assignment]
     start = phases.start()
     run.gradebook.update_or_create_student(sub.student)
-    run.gradebook.update_or_create_submission(sub.assignment, sub.student, timestamp=(
-        None if result.timestamp is None else datetime.fromisoformat(result.timestamp).replace(tzinfo=None)))
+    run.gradebook.update_or_create_submission(
+        sub.assignment,
+        sub.student,
+        timestamp=(
+            None
+            if result.timestamp is None
+            else datetime.fromisoformat(result.timestamp).replace(tzinfo=None)
+        ),
+    )
     phases.stop("write.gradebook", start)
     messages = []
     for job in jobs:
@@ -246,17 +272,27 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
                 run.answers.fill(run.references.pop(job.job.id).result())
         computed = run.answers.computed  # by the parent itself: none, when the pool answered
         with phases.phase("parent.judging"):
-            result.tests += score_notebook(job.notebook, job.sanitized.nb, report, expected,
-                                           timed_out=job.finished.timed_out, salt=job.job.salt,
-                                           delegation=delegation, answers=run.answers)
+            result.tests += score_notebook(
+                job.notebook,
+                job.sanitized.nb,
+                report,
+                expected,
+                timed_out=job.finished.timed_out,
+                salt=job.job.salt,
+                delegation=delegation,
+                answers=run.answers,
+            )
         phases.count("parent.references_computed", run.answers.computed - computed)
         with phases.phase("write.gradebook"):
             _save(run, job, sub)
     graded = {job.notebook for job in jobs}
     for name in src.notebooks:  # missing or unreadable notebooks score 0, as nbgrader does
         if name not in graded:
-            why = "the notebook is missing" if name not in sub.notebooks else (
-                result.message or "the notebook could not be read")
+            why = (
+                "the notebook is missing"
+                if name not in sub.notebooks
+                else (result.message or "the notebook could not be read")
+            )
             result.tests += zero_tests(src.notebooks[name], name, why)
             zero_in_gradebook(run.gradebook, name, sub)
     with phases.phase("write.gradebook"):
@@ -265,8 +301,9 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
         result.message = "; ".join(messages)
     elif result.status is Status.GRADED:
         failed = sum(t.status not in (TestStatus.PASSED, TestStatus.NEEDS_MANUAL_GRADE) for t in result.tests)
-        result.message = (f"{failed} of {len(result.tests)} tests did not pass" if failed
-                          else "all tests passed")
+        result.message = (
+            f"{failed} of {len(result.tests)} tests did not pass" if failed else "all tests passed"
+        )
 
 
 def _resources(run: Run, sub: Submission, notebook: str) -> dict[str, Any]:

@@ -85,8 +85,7 @@ def read_results(out: Path) -> list[dict[str, Any]]:
 DEADLINE_COLUMNS = ["timestamp", "late_by_seconds", "penalty"]
 
 
-def write_grades_csv(out: Path, results: list[dict[str, Any]],
-                     extra_rows: list[dict[str, Any]] = ()) -> Path:
+def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[dict[str, Any]] = ()) -> Path:
     """One row per student and assignment: student_id, assignment, score, max_score, status,
     one column per test grade id, timestamp, late_by_seconds, penalty, then the result's
     flags (joined by "; "), quoted for Excel/LMS.
@@ -105,16 +104,32 @@ def write_grades_csv(out: Path, results: list[dict[str, Any]],
         points = {_column(t, result["assignment"]): t["points"] for t in result.get("tests", [])}
         late = result.get("late_by_seconds")
         rows.append(
-            [result["student_id"], result["assignment"], _number(result["score"]),
-             _number(result["max_score"]), result["status"]]
+            [
+                result["student_id"],
+                result["assignment"],
+                _number(result["score"]),
+                _number(result["max_score"]),
+                result["status"],
+            ]
             + [_number(points[c]) if c in points else "" for c in test_ids]
-            + [result.get("timestamp") or "", "" if late is None else _number(late),
-               _number(result.get("penalty") or 0)]
+            + [
+                result.get("timestamp") or "",
+                "" if late is None else _number(late),
+                _number(result.get("penalty") or 0),
+            ]
             + ["; ".join(result.get("flags", []))]
         )
     # flags last (delegation, review, weak isolation), so that the test columns stay in place
-    header = ["student_id", "assignment", "score", "max_score", "status", *test_ids,
-              *DEADLINE_COLUMNS, "flags"]
+    header = [
+        "student_id",
+        "assignment",
+        "score",
+        "max_score",
+        "status",
+        *test_ids,
+        *DEADLINE_COLUMNS,
+        "flags",
+    ]
     path = out / "grades.csv"
     write_csv(path, header, rows)
     return path
@@ -156,16 +171,23 @@ def _number(value: float) -> float | int:
     return int(value) if float(value).is_integer() else round(float(value), 4)
 
 
-STATUS_COLOURS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e",
-                  "timeout": "#9a6700", "needs_manual_grade": "#0969da", "not_run": "#6e7781"}
+STATUS_COLOURS = {
+    "passed": "#1a7f37",
+    "failed": "#cf222e",
+    "error": "#cf222e",
+    "timeout": "#9a6700",
+    "needs_manual_grade": "#0969da",
+    "not_run": "#6e7781",
+}
 
 
 @cache
 def _feedback_template() -> Any:
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    environment = Environment(loader=PackageLoader("grader.autograde", "templates"),
-                              autoescape=select_autoescape(["html", "j2"]))
+    environment = Environment(
+        loader=PackageLoader("grader.autograde", "templates"), autoescape=select_autoescape(["html", "j2"])
+    )
     return environment.get_template("feedback.html.j2")
 
 
@@ -177,5 +199,6 @@ def feedback_html(result: dict[str, Any], notebook: str = "", queued: str = "") 
     from grader.deadlines import describe_lateness
 
     late = describe_lateness(result.get("late_by_seconds"))
-    return _feedback_template().render(result=result, colours=STATUS_COLOURS, number=_number,
-                                       notebook=notebook, queued=queued, late=late)
+    return _feedback_template().render(
+        result=result, colours=STATUS_COLOURS, number=_number, notebook=notebook, queued=queued, late=late
+    )

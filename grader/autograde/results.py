@@ -13,8 +13,15 @@ from typing import Any
 
 from attention_learner.cell_rules import Status, TestStatus, exercise_of
 
-__all__ = ["ChildExit", "Status", "SubmissionResult", "Summary", "TestResult", "timeout_attempts",
-           "unchanged"]
+__all__ = [
+    "ChildExit",
+    "Status",
+    "SubmissionResult",
+    "Summary",
+    "TestResult",
+    "timeout_attempts",
+    "unchanged",
+]
 
 
 class ChildExit(IntEnum):
@@ -60,14 +67,26 @@ class TestResult:
         return exercise_of(self.grade_id)
 
     def to_json(self) -> dict[str, Any]:
-        return {"notebook": self.notebook, "grade_id": self.grade_id, "exercise": self.exercise,
-                "points": self.points, "max_points": self.max_points, "status": str(self.status),
-                "message": self.message}
+        return {
+            "notebook": self.notebook,
+            "grade_id": self.grade_id,
+            "exercise": self.exercise,
+            "points": self.points,
+            "max_points": self.max_points,
+            "status": str(self.status),
+            "message": self.message,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestResult:
-        return cls(str(data["notebook"]), str(data["grade_id"]), float(data["points"]),
-                   float(data["max_points"]), TestStatus(data["status"]), str(data.get("message", "")))
+        return cls(
+            str(data["notebook"]),
+            str(data["grade_id"]),
+            float(data["points"]),
+            float(data["max_points"]),
+            TestStatus(data["status"]),
+            str(data.get("message", "")),
+        )
 
 
 @dataclass
@@ -101,22 +120,43 @@ class SubmissionResult:
         return round(sum(t.max_points for t in self.tests), 6)
 
     def to_json(self) -> dict[str, Any]:
-        return {"student_id": self.student_id, "assignment": self.assignment, "score": self.score,
-                "max_score": self.max_score, "status": str(self.status), "message": self.message,
-                "flags": self.flags, "notes": self.notes, "isolation": self.isolation,
-                "timestamp": self.timestamp, "late_by_seconds": self.late_by_seconds,
-                "penalty": self.penalty, "raw_score": self.raw_score, "attempts": self.attempts,
-                "tests": [t.to_json() for t in self.tests], "fingerprint": self.fingerprint}
+        return {
+            "student_id": self.student_id,
+            "assignment": self.assignment,
+            "score": self.score,
+            "max_score": self.max_score,
+            "status": str(self.status),
+            "message": self.message,
+            "flags": self.flags,
+            "notes": self.notes,
+            "isolation": self.isolation,
+            "timestamp": self.timestamp,
+            "late_by_seconds": self.late_by_seconds,
+            "penalty": self.penalty,
+            "raw_score": self.raw_score,
+            "attempts": self.attempts,
+            "tests": [t.to_json() for t in self.tests],
+            "fingerprint": self.fingerprint,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SubmissionResult:
         """A results.json read back (the grader's own file: OUT is out of every child's reach)."""
-        return cls(str(data["student_id"]), str(data["assignment"]), str(data.get("fingerprint", "")),
-                   str(data.get("isolation", "")), Status(data["status"]), str(data.get("message", "")),
-                   list(data.get("flags", [])), list(data.get("notes", [])),
-                   [TestResult.from_json(t) for t in data.get("tests", [])],
-                   data.get("timestamp"), _number_or_none(data.get("late_by_seconds")),
-                   float(data.get("penalty") or 0.0), int(data.get("attempts") or 1))
+        return cls(
+            str(data["student_id"]),
+            str(data["assignment"]),
+            str(data.get("fingerprint", "")),
+            str(data.get("isolation", "")),
+            Status(data["status"]),
+            str(data.get("message", "")),
+            list(data.get("flags", [])),
+            list(data.get("notes", [])),
+            [TestResult.from_json(t) for t in data.get("tests", [])],
+            data.get("timestamp"),
+            _number_or_none(data.get("late_by_seconds")),
+            float(data.get("penalty") or 0.0),
+            int(data.get("attempts") or 1),
+        )
 
 
 def _number_or_none(value: Any) -> float | None:
@@ -147,16 +187,24 @@ class Summary:
     def line(self) -> str:
         head = f"{self.graded} graded, {self.skipped} unchanged (kept)"
         if self.rows is None:
-            return (f"{head}, {self.failed_tests} failed tests, {self.timeouts} timeouts, "
-                    f"{self.crashes} crashes, {self.invalid} invalid")
+            return (
+                f"{head}, {self.failed_tests} failed tests, {self.timeouts} timeouts, "
+                f"{self.crashes} crashes, {self.invalid} invalid"
+            )
         count = {s: self.statuses.get(str(s), 0) for s in Status}
-        return (f"{head}; grades.csv: {self.rows} rows, {count[Status.GRADED]} graded, "
-                f"{count[Status.TIMEOUT]} timeouts, {count[Status.CRASHED]} crashes, "
-                f"{count[Status.INVALID]} invalid, {self.failed_tests} failed tests")
+        return (
+            f"{head}; grades.csv: {self.rows} rows, {count[Status.GRADED]} graded, "
+            f"{count[Status.TIMEOUT]} timeouts, {count[Status.CRASHED]} crashes, "
+            f"{count[Status.INVALID]} invalid, {self.failed_tests} failed tests"
+        )
 
     def count(self, result: SubmissionResult) -> None:
-        attribute = {Status.GRADED: "graded", Status.TIMEOUT: "timeouts", Status.CRASHED: "crashes",
-                     Status.INVALID: "invalid"}[result.status]
+        attribute = {
+            Status.GRADED: "graded",
+            Status.TIMEOUT: "timeouts",
+            Status.CRASHED: "crashes",
+            Status.INVALID: "invalid",
+        }[result.status]
         setattr(self, attribute, getattr(self, attribute) + 1)
         self.failed_tests += sum(t.status in FAILING for t in result.tests)
 

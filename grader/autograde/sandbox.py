@@ -90,8 +90,13 @@ def serve(config: ServerConfig) -> None:
         if why:
             _emit({"event": "error", "message": why})
             return
-    _emit({"event": "ready", "isolation": str(config.isolation),
-           "cgroup": server.cgroups.kind if server.cgroups is not None else "none"})
+    _emit(
+        {
+            "event": "ready",
+            "isolation": str(config.isolation),
+            "cgroup": server.cgroups.kind if server.cgroups is not None else "none",
+        }
+    )
     try:
         _serve_jobs(server)
     except BrokenPipeError:  # the parent has gone: take the children with us, quietly
@@ -120,8 +125,9 @@ def _serve_jobs(server: Server) -> None:
         now = time.monotonic()
         running = [c for c in children.values() if not c.timed_out and not c.reported]
         wait = min((c.deadline for c in running), default=None)
-        ready, _, _ = select.select([stdin, *children, *server.pipes], [], [],
-                                    None if wait is None else max(0.0, wait - now))
+        ready, _, _ = select.select(
+            [stdin, *children, *server.pipes], [], [], None if wait is None else max(0.0, wait - now)
+        )
         _kill_overdue(server, running)
         for fd in ready:
             if fd == stdin:
@@ -163,6 +169,7 @@ def _start_jobs(server: Server, buffer: bytes) -> bytes:
             continue
         _emit({"event": "started", "id": job.id})
     return buffer
+
 
 if __name__ == "__main__":
     from grader import decline_iri_checker

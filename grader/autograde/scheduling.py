@@ -37,8 +37,15 @@ class NotebookJob:
     finished: Finished | None = None
 
 
-def grade_all(server: Executor, todo: list[tuple[Submission, str]], workers: int, progress: bool,
-              prepare: Prepare, finish: Finish, interrupts: Interrupts) -> None:
+def grade_all(
+    server: Executor,
+    todo: list[tuple[Submission, str]],
+    workers: int,
+    progress: bool,
+    prepare: Prepare,
+    finish: Finish,
+    interrupts: Interrupts,
+) -> None:
     """Keep ``workers`` children busy; prepare the next submissions while they run.
 
     Between steps, ``interrupts.check()`` raises a Ctrl-C that a library call swallowed.

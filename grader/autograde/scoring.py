@@ -39,8 +39,14 @@ def run_outcome(finished: Finished) -> tuple[Status, str, dict[int, CellReport]]
     except ReportTooLarge as exc:
         return Status.CRASHED, str(exc), {}
     if finished.timed_out:
-        return Status.TIMEOUT, (f"stopped after {finished.seconds:.0f} s (the time limit for a "
-                                "submission); tests that finished before keep their points"), report
+        return (
+            Status.TIMEOUT,
+            (
+                f"stopped after {finished.seconds:.0f} s (the time limit for a "
+                "submission); tests that finished before keep their points"
+            ),
+            report,
+        )
     if finished.exitcode == 0:
         return Status.GRADED, "", report
     try:
@@ -58,8 +64,11 @@ def run_outcome(finished: Finished) -> tuple[Status, str, dict[int, CellReport]]
     return Status.CRASHED, why + (f"; last output: {log}" if log else ""), report
 
 
-def memory_budgets(cells: dict[int, NotebookNode], expected: dict[str, list[ExpectedCheck]],
-                   known: dict[str, int | None] | None = None) -> dict[int, int]:
+def memory_budgets(
+    cells: dict[int, NotebookNode],
+    expected: dict[str, list[ExpectedCheck]],
+    known: dict[str, int | None] | None = None,
+) -> dict[int, int]:
     """Cell index -> the bytes it may allocate: the smallest ``memory_budget`` among the
     exercises its checks judge (a test cell of the memory case), for the test cells with one.
     ``known``: exercise -> its budget, as the judge pool gave them (else the exercises are
@@ -81,8 +90,9 @@ def memory_budgets(cells: dict[int, NotebookNode], expected: dict[str, list[Expe
     return budgets
 
 
-def delegation_of(submitted: NotebookNode, source: NotebookNode,
-                  report: dict[int, CellReport] | None = None) -> Delegation:
+def delegation_of(
+    submitted: NotebookNode, source: NotebookNode, report: dict[int, CellReport] | None = None
+) -> Delegation:
     """What the submission's editable cells hand to an implementation of their own exercise
     (``delegation.py``), read against the source's locked cells; with the child's ``report``,
     also what its test cells' checks reached at run time. Editable: the solution cells and
@@ -90,26 +100,44 @@ def delegation_of(submitted: NotebookNode, source: NotebookNode,
     hidden part is not in the learner's copy) and copies of its other locked cells."""
     solutions = {c.metadata.nbgrader["grade_id"]: c.source for c in submitted.cells if is_solution_cell(c)}
     given = [c.source for c in source.cells if c.cell_type == "code" and not is_solution_cell(c)]
-    locked = {nbgrader_meta(c).get("grade_id"): c.source for c in source.cells
-              if c.cell_type == "code" and not is_solution_cell(c)}
-    tests = {nbgrader_meta(c).get("grade_id") for c in source.cells
-             if c.cell_type == "code" and is_test_cell(c)}
-    editable = {f"added cell {i}": c.source for i, c in enumerate(submitted.cells)
-                if c.cell_type == "code" and not is_solution_cell(c)
-                and nbgrader_meta(c).get("grade_id") not in tests
-                and locked.get(nbgrader_meta(c).get("grade_id")) != c.source}
+    locked = {
+        nbgrader_meta(c).get("grade_id"): c.source
+        for c in source.cells
+        if c.cell_type == "code" and not is_solution_cell(c)
+    }
+    tests = {
+        nbgrader_meta(c).get("grade_id") for c in source.cells if c.cell_type == "code" and is_test_cell(c)
+    }
+    editable = {
+        f"added cell {i}": c.source
+        for i, c in enumerate(submitted.cells)
+        if c.cell_type == "code"
+        and not is_solution_cell(c)
+        and nbgrader_meta(c).get("grade_id") not in tests
+        and locked.get(nbgrader_meta(c).get("grade_id")) != c.source
+    }
     delegation = analyse(solutions, given, editable=editable)
     if report is not None:
-        tests = {i: c.metadata.nbgrader["grade_id"] for i, c in enumerate(submitted.cells)
-                 if c.cell_type == "code" and is_test_cell(c)}
+        tests = {
+            i: c.metadata.nbgrader["grade_id"]
+            for i, c in enumerate(submitted.cells)
+            if c.cell_type == "code" and is_test_cell(c)
+        }
         delegation.add_trace(report, tests)
     return delegation
 
 
-def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport],
-                   expected: dict[str, list[ExpectedCheck]], *, timed_out: bool = False, salt: int = 0,
-                   delegation: Delegation | None = None,
-                   answers: CaseAnswers | None = None) -> list[TestResult]:
+def score_notebook(
+    notebook: str,
+    nb: NotebookNode,
+    report: dict[int, CellReport],
+    expected: dict[str, list[ExpectedCheck]],
+    *,
+    timed_out: bool = False,
+    salt: int = 0,
+    delegation: Delegation | None = None,
+    answers: CaseAnswers | None = None,
+) -> list[TestResult]:
     """Put the child's outputs into the notebook and decide every test cell's points here.
 
     A test cell earns its points only if it ran, raised nothing, wrote nothing to stderr,
@@ -128,40 +156,82 @@ def score_notebook(notebook: str, nb: NotebookNode, report: dict[int, CellReport
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code":
             if is_manual_cell(cell):  # a written answer, graded by hand as in nbgrader
-                tests.append(TestResult(notebook, meta["grade_id"], 0.0, cell_points(cell),
-                                        TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
+                tests.append(
+                    TestResult(
+                        notebook,
+                        meta["grade_id"],
+                        0.0,
+                        cell_points(cell),
+                        TestStatus.NEEDS_MANUAL_GRADE,
+                        "graded by hand",
+                    )
+                )
             continue
         line = report.get(index)
         outputs = line.outputs if line else []
         if not is_test_cell(cell):
             cell.outputs = [nbformat.from_dict(o) for o in outputs]
             if is_manual_cell(cell):  # a graded solution cell: manual, as in nbgrader
-                tests.append(TestResult(notebook, meta["grade_id"], 0.0, cell_points(cell),
-                                        TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"))
+                tests.append(
+                    TestResult(
+                        notebook,
+                        meta["grade_id"],
+                        0.0,
+                        cell_points(cell),
+                        TestStatus.NEEDS_MANUAL_GRADE,
+                        "graded by hand",
+                    )
+                )
             continue
         kept = [o for o in outputs if o["output_type"] in ("stream", "error")]
         cell.outputs = [nbformat.from_dict(o) for o in kept]
-        status, message = test_verdict(line, kept, expected.get(meta["grade_id"], []), timed_out, salt,
-                                       answers)
+        status, message = test_verdict(
+            line, kept, expected.get(meta["grade_id"], []), timed_out, salt, answers
+        )
         checks = expected.get(meta["grade_id"])
         if status is TestStatus.PASSED and course and checks is not None and not any(c.earns for c in checks):
-            status, message = TestStatus.FAILED, ("this test cell makes no check(...) that the "
-                                                  "grader judges against its reference, so it earns nothing")
+            status, message = (
+                TestStatus.FAILED,
+                (
+                    "this test cell makes no check(...) that the "
+                    "grader judges against its reference, so it earns nothing"
+                ),
+            )
         if delegation is not None and exercise_of(meta["grade_id"]) in delegation.delegated:
             status, message = TestStatus.FAILED, delegation.message(exercise_of(meta["grade_id"]))
         max_points = cell_points(cell)
         if status is not TestStatus.PASSED and first_error(kept) is None:
-            cell.outputs.append(nbformat.from_dict({"output_type": "error", "ename": "GradingFailure",
-                                                    "evalue": message, "traceback": [message]}))
-        tests.append(TestResult(notebook, meta["grade_id"],
-                                max_points if status is TestStatus.PASSED else 0.0, max_points,
-                                status, message))
+            cell.outputs.append(
+                nbformat.from_dict(
+                    {
+                        "output_type": "error",
+                        "ename": "GradingFailure",
+                        "evalue": message,
+                        "traceback": [message],
+                    }
+                )
+            )
+        tests.append(
+            TestResult(
+                notebook,
+                meta["grade_id"],
+                max_points if status is TestStatus.PASSED else 0.0,
+                max_points,
+                status,
+                message,
+            )
+        )
     return tests
 
 
-def test_verdict(line: CellReport | None, outputs: list[dict], expected: list[ExpectedCheck],
-                 timed_out: bool, salt: int = 0,
-                 answers: CaseAnswers | None = None) -> tuple[TestStatus, str]:
+def test_verdict(
+    line: CellReport | None,
+    outputs: list[dict],
+    expected: list[ExpectedCheck],
+    timed_out: bool,
+    salt: int = 0,
+    answers: CaseAnswers | None = None,
+) -> tuple[TestStatus, str]:
     if line is None:
         if timed_out:
             return TestStatus.TIMEOUT, "the submission ran out of time before this test"
@@ -176,6 +246,8 @@ def test_verdict(line: CellReport | None, outputs: list[dict], expected: list[Ex
 
 
 def zero_tests(nb: NotebookNode, name: str, message: str) -> list[TestResult]:
-    return [TestResult(name, c.metadata.nbgrader["grade_id"], 0.0,
-                       cell_points(c), TestStatus.NOT_RUN, message)
-            for c in nb.cells if is_grade_cell(c)]
+    return [
+        TestResult(name, c.metadata.nbgrader["grade_id"], 0.0, cell_points(c), TestStatus.NOT_RUN, message)
+        for c in nb.cells
+        if is_grade_cell(c)
+    ]

@@ -30,8 +30,12 @@ from grader.autograde.confine import PR_SET_SECCOMP, ConfinementError, call, lib
 
 
 class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
 
 
 class _SockFprog(ctypes.Structure):
@@ -42,29 +46,92 @@ _BPF_LD_ABS, _BPF_JEQ, _BPF_JGE, _BPF_JSET, _BPF_RET = 0x20, 0x15, 0x35, 0x45, 0
 _SECCOMP_MODE_FILTER, _RET_ALLOW, _RET_ERRNO = 2, 0x7FFF0000, 0x00050000
 _ARG0_LOW = 16  # offsetof(seccomp_data, args[0]), its low 32 bits on a little-endian machine
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME (0x80)
-CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 \
-    | 0x20000000 | 0x40000000 | 0x00000080
+CLONE_NAMESPACE_FLAGS = (
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080
+)
 
-ALWAYS_REFUSED = ("add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
-                  "process_vm_writev", "kcmp", "pidfd_getfd", "inotify_init", "inotify_init1",
-                  "fanotify_init", "unshare", "setns", "userfaultfd", "bpf", "perf_event_open",
-                  "personality", "io_uring_setup")
-UNCOUNTED_MEMORY_CALLS = ("memfd_create", "memfd_secret", "shmget", "socket", "socketpair",
-                          "io_uring_setup")
+ALWAYS_REFUSED = (
+    "add_key",
+    "request_key",
+    "keyctl",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_getfd",
+    "inotify_init",
+    "inotify_init1",
+    "fanotify_init",
+    "unshare",
+    "setns",
+    "userfaultfd",
+    "bpf",
+    "perf_event_open",
+    "personality",
+    "io_uring_setup",
+)
+UNCOUNTED_MEMORY_CALLS = ("memfd_create", "memfd_secret", "shmget", "socket", "socketpair", "io_uring_setup")
 NEW_TASK_CALLS = ("clone", "clone3", "fork", "vfork", "execve", "execveat")
 
-_X86_64 = {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "socket": 41, "socketpair": 53,
-           "io_uring_setup": 425, "add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101,
-           "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
-           "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "unshare": 272,
-           "setns": 308, "userfaultfd": 323, "bpf": 321, "perf_event_open": 298, "personality": 135,
-           "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322}
-_AARCH64 = {"memfd_create": 279, "memfd_secret": 447, "shmget": 194, "socket": 198, "socketpair": 199,
-            "io_uring_setup": 425, "add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117,
-            "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "pidfd_getfd": 438,
-            "inotify_init1": 26, "fanotify_init": 262, "unshare": 97, "setns": 268,
-            "userfaultfd": 282, "bpf": 280, "perf_event_open": 241, "personality": 92,
-            "clone": 220, "clone3": 435, "execve": 221, "execveat": 281}
+_X86_64 = {
+    "memfd_create": 319,
+    "memfd_secret": 447,
+    "shmget": 29,
+    "socket": 41,
+    "socketpair": 53,
+    "io_uring_setup": 425,
+    "add_key": 248,
+    "request_key": 249,
+    "keyctl": 250,
+    "ptrace": 101,
+    "process_vm_readv": 310,
+    "process_vm_writev": 311,
+    "kcmp": 312,
+    "pidfd_getfd": 438,
+    "inotify_init": 253,
+    "inotify_init1": 294,
+    "fanotify_init": 300,
+    "unshare": 272,
+    "setns": 308,
+    "userfaultfd": 323,
+    "bpf": 321,
+    "perf_event_open": 298,
+    "personality": 135,
+    "clone": 56,
+    "clone3": 435,
+    "fork": 57,
+    "vfork": 58,
+    "execve": 59,
+    "execveat": 322,
+}
+_AARCH64 = {
+    "memfd_create": 279,
+    "memfd_secret": 447,
+    "shmget": 194,
+    "socket": 198,
+    "socketpair": 199,
+    "io_uring_setup": 425,
+    "add_key": 217,
+    "request_key": 218,
+    "keyctl": 219,
+    "ptrace": 117,
+    "process_vm_readv": 270,
+    "process_vm_writev": 271,
+    "kcmp": 272,
+    "pidfd_getfd": 438,
+    "inotify_init1": 26,
+    "fanotify_init": 262,
+    "unshare": 97,
+    "setns": 268,
+    "userfaultfd": 282,
+    "bpf": 280,
+    "perf_event_open": 241,
+    "personality": 92,
+    "clone": 220,
+    "clone3": 435,
+    "execve": 221,
+    "execveat": 281,
+}
 # architecture (AUDIT_ARCH_*), the call numbers (a name missing: no such call there), the
 # first number of another ABI (x32), refused altogether: it would bypass the numbers
 _SECCOMP_ARCH = {"x86_64": (0xC000003E, _X86_64, 0x40000000), "aarch64": (0xC00000B7, _AARCH64, None)}
@@ -81,8 +148,9 @@ def refused_calls(counted: bool, single_process: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _program(arch: int, numbers: dict[str, int], other_abi: int | None,
-             refused: tuple[str, ...]) -> list[tuple[int, int, int, int]]:
+def _program(
+    arch: int, numbers: dict[str, int], other_abi: int | None, refused: tuple[str, ...]
+) -> list[tuple[int, int, int, int]]:
     """The BPF program: (code, jump if true, jump if false, k) per instruction.
 
     Layout: 0 check the architecture, 2 load the call number, one comparison per refused
@@ -95,15 +163,20 @@ def _program(arch: int, numbers: dict[str, int], other_abi: int | None,
     tests += [(_BPF_JEQ, numbers[name], where) for name, where in outcome.items() if name in numbers]
     allow = 3 + len(tests)
     labels = {"clone": allow + 1, "eperm": allow + 4, "enosys": allow + 5, "eagain": allow + 6}
-    program = [(_BPF_LD_ABS, 0, 0, 4),  # seccomp_data.arch
-               (_BPF_JEQ, 0, labels["eperm"] - 2, arch),  # another architecture: refused
-               (_BPF_LD_ABS, 0, 0, 0)]  # seccomp_data.nr
-    program += [(code, labels[where] - index - 1, 0, k)
-                for index, (code, k, where) in enumerate(tests, start=3)]
-    program += [(_BPF_RET, 0, 0, _RET_ALLOW),
-                (_BPF_LD_ABS, 0, 0, _ARG0_LOW),  # clone's flags
-                (_BPF_JSET, labels["eperm"] - (allow + 2) - 1, 0, CLONE_NAMESPACE_FLAGS),
-                (_BPF_RET, 0, 0, _RET_ALLOW)]
+    program = [
+        (_BPF_LD_ABS, 0, 0, 4),  # seccomp_data.arch
+        (_BPF_JEQ, 0, labels["eperm"] - 2, arch),  # another architecture: refused
+        (_BPF_LD_ABS, 0, 0, 0),
+    ]  # seccomp_data.nr
+    program += [
+        (code, labels[where] - index - 1, 0, k) for index, (code, k, where) in enumerate(tests, start=3)
+    ]
+    program += [
+        (_BPF_RET, 0, 0, _RET_ALLOW),
+        (_BPF_LD_ABS, 0, 0, _ARG0_LOW),  # clone's flags
+        (_BPF_JSET, labels["eperm"] - (allow + 2) - 1, 0, CLONE_NAMESPACE_FLAGS),
+        (_BPF_RET, 0, 0, _RET_ALLOW),
+    ]
     program += [(_BPF_RET, 0, 0, _RET_ERRNO | code) for code in (errno.EPERM, errno.ENOSYS, errno.EAGAIN)]
     return program
 
@@ -127,5 +200,13 @@ def install(counted: bool, single_process: bool = False) -> None:
     program = _program(arch, numbers, other_abi, refused_calls(counted, single_process))
     filters = (_SockFilter * len(program))(*[_SockFilter(c, t, f, k) for c, t, f, k in program])
     fprog = _SockFprog(len(program), filters)
-    call(libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER),
-                      ctypes.c_void_p(ctypes.addressof(fprog)), 0, 0), "seccomp")
+    call(
+        libc.prctl(
+            PR_SET_SECCOMP,
+            ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+            ctypes.c_void_p(ctypes.addressof(fprog)),
+            0,
+            0,
+        ),
+        "seccomp",
+    )

@@ -79,7 +79,7 @@ class GradingSession:
         finally:
             if self.db_url.startswith("sqlite:///"):
                 for suffix in ("", "-wal", "-shm"):
-                    permissions.set_file_mode(Path(self.db_url[len("sqlite:///"):] + suffix))
+                    permissions.set_file_mode(Path(self.db_url[len("sqlite:///") :] + suffix))
             permissions.restrict_tree(self.out)
 
     def prepare(self, assignments: list[str]) -> None:
@@ -113,8 +113,13 @@ class GradingSession:
                     solution_cache.store(self.out, src, run.code, src.warnings[before:])
             self.prepared.add(name)
 
-    def grade(self, submitted: Path, *, every_result: bool = False,
-              problems: dict[tuple[str, str], str] | None = None) -> Summary:
+    def grade(
+        self,
+        submitted: Path,
+        *,
+        every_result: bool = False,
+        problems: dict[tuple[str, str], str] | None = None,
+    ) -> Summary:
         """Grade what changed under ``submitted``; write grades.csv.
 
         grades.csv has a row for each submission found there, or with ``every_result``
@@ -134,8 +139,9 @@ class GradingSession:
                       self.interrupts)  # fmt: skip
         finally:
             if submissions is not None:
-                results = (reports.read_results(self.out) if every_result
-                           else _results_for(self.out, submissions))
+                results = (
+                    reports.read_results(self.out) if every_result else _results_for(self.out, submissions)
+                )
                 self._write_grades(results, submissions, summary)
         return summary
 
@@ -174,7 +180,9 @@ class GradingSession:
         if summary is not None:
             summary.tally([*results, *unsafe])  # the file's rows, kept ones included
 
-    def add(self, submitted: Path, problems: dict[tuple[str, str], str] | None = None) -> dict[str, list]:
+    def add(
+        self, submitted: Path, problems: dict[tuple[str, str], str] | None = None
+    ) -> dict[str, list[Any]]:
         """Queue the submissions under ``submitted`` (a watcher's copy of one arrival) to be
         graded beside whatever runs already (``collect`` hands them back as they end).
 
@@ -190,7 +198,7 @@ class GradingSession:
                                                                               self._summary))  # fmt: skip
         submissions = self._found(submitted, problems)
         todo = self._changed(submissions, Summary())
-        sorted_out: dict[str, list] = {"queued": [], "done": [], "unchanged": []}
+        sorted_out: dict[str, list[Any]] = {"queued": [], "done": [], "unchanged": []}
         for sub in submissions:
             if sub.unsafe_id or all(sub is not t for t, _ in todo):
                 sorted_out["done" if sub.unsafe_id else "unchanged"].append(sub)
@@ -217,8 +225,15 @@ class GradingSession:
 
 
 def _invalid_id_row(sub: Submission) -> dict[str, Any]:
-    return {"student_id": sub.student, "assignment": sub.assignment, "score": 0.0, "max_score": 0.0,
-            "status": str(Status.INVALID), "message": sub.problem, "tests": []}
+    return {
+        "student_id": sub.student,
+        "assignment": sub.assignment,
+        "score": 0.0,
+        "max_score": 0.0,
+        "status": str(Status.INVALID),
+        "message": sub.problem,
+        "tests": [],
+    }
 
 
 def _results_for(out: Path, submissions: list[Submission]) -> list[dict[str, Any]]:
@@ -226,8 +241,9 @@ def _results_for(out: Path, submissions: list[Submission]) -> list[dict[str, Any
     return [r for r in reports.read_results(out) if (r.get("student_id"), r.get("assignment")) in keys]
 
 
-def autograde(submitted: Path, out: Path, source: Path, *, options: GradeOptions,
-              server: Executor, work: Path) -> Summary:
+def autograde(
+    submitted: Path, out: Path, source: Path, *, options: GradeOptions, server: Executor, work: Path
+) -> Summary:
     """Grade every submission under ``submitted`` against ``source``; see ARCHITECTURE.md.
 
     ``server`` is the Executor (a ForkServer, a DaskExecutor) the caller started early (its

@@ -32,8 +32,10 @@ def load(out: Path, src: SourceAssignment, code: str) -> bool:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         expected = {
-            notebook: {grade_id: [ExpectedCheck(c["exercise"], c["seed"], c["params"]) for c in checks]
-                       for grade_id, checks in cells.items()}
+            notebook: {
+                grade_id: [ExpectedCheck(c["exercise"], c["seed"], c["params"]) for c in checks]
+                for grade_id, checks in cells.items()
+            }
             for notebook, cells in data["expected"].items()
         }
         warnings = [str(w) for w in data["warnings"]]
@@ -47,8 +49,14 @@ def load(out: Path, src: SourceAssignment, code: str) -> bool:
 
 def store(out: Path, src: SourceAssignment, code: str, warnings: list[str]) -> None:
     """Keep what the solution run found (``warnings``: the ones it added)."""
-    data = {"expected": {notebook: {grade_id: [{"exercise": c.exercise, "seed": c.seed, "params": c.params}
-                                               for c in checks] for grade_id, checks in cells.items()}
-                         for notebook, cells in src.expected.items()},
-            "warnings": warnings}
+    data = {
+        "expected": {
+            notebook: {
+                grade_id: [{"exercise": c.exercise, "seed": c.seed, "params": c.params} for c in checks]
+                for grade_id, checks in cells.items()
+            }
+            for notebook, cells in src.expected.items()
+        },
+        "warnings": warnings,
+    }
     reports.write_atomically(_path(out, src, code), json.dumps(data, sort_keys=True) + "\n")

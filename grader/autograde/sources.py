@@ -20,6 +20,7 @@ from grader.autograde.notebook_file import read_notebook
 if TYPE_CHECKING:
     from grader.autograde.pipeline import Run
 
+
 @dataclass
 class SourceAssignment:
     name: str
@@ -38,9 +39,10 @@ def load_sources(source: Path) -> dict[str, SourceAssignment]:
     """Every assignment folder of ``source`` that holds a notebook (symlinks not followed)."""
     return {
         p.name: SourceAssignment(
-            p.name, p, {nb.stem: read_notebook(nb) for nb in sorted(p.glob("*.ipynb"))},
-            folder_fingerprint(p))
-        for p in sorted(source.iterdir()) if p.is_dir() and not p.is_symlink() and any(p.glob("*.ipynb"))
+            p.name, p, {nb.stem: read_notebook(nb) for nb in sorted(p.glob("*.ipynb"))}, folder_fingerprint(p)
+        )
+        for p in sorted(source.iterdir())
+        if p.is_dir() and not p.is_symlink() and any(p.glob("*.ipynb"))
     }
 
 
@@ -58,13 +60,19 @@ def solution_run(run: Run, src: SourceAssignment) -> None:
         grade_id_of = {i: c.metadata.nbgrader["grade_id"] for i, c in cells.items() if is_test_cell(c)}
         if finished.timed_out or len(report) < len(cells):
             log = (Path(finished.job.folder) / "log").read_text(errors="replace")[-1500:]
-            raise SourceError(f"the source notebook {src.name}/{name}.ipynb did not run to the end "
-                              f"in the grader; fix the source first{': ' + log if log else ''}")
-        failing = sorted(grade_id_of[i] for i, cell in report.items()
-                         if i in grade_id_of and first_error(cell.outputs))
+            raise SourceError(
+                f"the source notebook {src.name}/{name}.ipynb did not run to the end "
+                f"in the grader; fix the source first{': ' + log if log else ''}"
+            )
+        failing = sorted(
+            grade_id_of[i] for i, cell in report.items() if i in grade_id_of and first_error(cell.outputs)
+        )
         if failing:  # nbgrader grades such a source anyway; so do we, on its rule alone
-            src.warnings.append(f"{name}.ipynb: the source's own tests fail ({', '.join(failing)})"
-                                "; those tests are graded by nbgrader's rule only")
+            src.warnings.append(
+                f"{name}.ipynb: the source's own tests fail ({', '.join(failing)})"
+                "; those tests are graded by nbgrader's rule only"
+            )
         src.expected[name] = expected_checks(
-            {i: c for i, c in report.items() if grade_id_of.get(i) not in failing}, grade_id_of)
+            {i: c for i, c in report.items() if grade_id_of.get(i) not in failing}, grade_id_of
+        )
         shutil.rmtree(finished.job.folder, ignore_errors=True)

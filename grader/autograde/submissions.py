@@ -20,8 +20,18 @@ from grader.autograde.folder_walk import SUBMISSION_LIMITS, FolderWalk, reason, 
 
 MAX_ID_LENGTH = 128
 # names a student folder may not have: OUT's own files and folders sit beside student folders
-RESERVED_IDS = {"grades.csv", "gradebook.db", "gradebook.db-wal", "gradebook.db-shm",
-                "gradebook.db-journal", "autograded", "feedback", "source", "release", "submitted"}
+RESERVED_IDS = {
+    "grades.csv",
+    "gradebook.db",
+    "gradebook.db-wal",
+    "gradebook.db-shm",
+    "gradebook.db-journal",
+    "autograded",
+    "feedback",
+    "source",
+    "release",
+    "submitted",
+}
 
 
 @dataclass
@@ -52,7 +62,7 @@ def isutf8(name: str) -> bool:
 
 
 def student_id_problem(name: str) -> str:
-    """"" for a usable student id, else why it is refused."""
+    """ "" for a usable student id, else why it is refused."""
     if not isutf8(name):
         return "the student folder's name is not UTF-8"
     if not name or len(name) > MAX_ID_LENGTH:
@@ -100,17 +110,23 @@ def find_submissions(submitted: Path, source_notebooks: dict[str, list[str]]) ->
         except OSError as exc:
             unlisted.append((student, student_dir, f"the student folder could not be read ({reason(exc)})"))
         except Exception as exc:  # one odd folder must not stop the class
-            unlisted.append((student, student_dir, f"the student folder could not be read: "
-                                                   f"{type(exc).__name__}: {exc}"))
+            unlisted.append(
+                (student, student_dir, f"the student folder could not be read: {type(exc).__name__}: {exc}")
+            )
     handed_in = sorted({s.assignment for s in found}) or sorted(source_notebooks)
     for student, student_dir, why in unlisted:
-        found += [Submission(student, a, student_dir / a, {}, problem=why,
-                             unsafe_id=bool(student_id_problem(student))) for a in handed_in]
+        found += [
+            Submission(
+                student, a, student_dir / a, {}, problem=why, unsafe_id=bool(student_id_problem(student))
+            )
+            for a in handed_in
+        ]
     return sorted(found, key=lambda s: (os.fsencode(s.student), s.assignment))
 
 
-def _student_submissions(student: str, student_dir: Path, is_link: bool,
-                         source_notebooks: dict[str, list[str]]) -> list[Submission]:
+def _student_submissions(
+    student: str, student_dir: Path, is_link: bool, source_notebooks: dict[str, list[str]]
+) -> list[Submission]:
     problem = student_id_problem(student)
     if is_link and not problem:
         problem = "the student folder is a symlink (not followed)"
@@ -119,17 +135,39 @@ def _student_submissions(student: str, student_dir: Path, is_link: bool,
         if folder.name not in source_notebooks:
             continue
         if problem:
-            found.append(Submission(student, folder.name, folder, {}, problem=problem,
-                                    unsafe_id=bool(student_id_problem(student))))
+            found.append(
+                Submission(
+                    student,
+                    folder.name,
+                    folder,
+                    {},
+                    problem=problem,
+                    unsafe_id=bool(student_id_problem(student)),
+                )
+            )
         elif folder_is_link:
-            found.append(Submission(student, folder.name, folder, {},
-                                    problem="the assignment folder is a symlink (not followed)"))
+            found.append(
+                Submission(
+                    student,
+                    folder.name,
+                    folder,
+                    {},
+                    problem="the assignment folder is a symlink (not followed)",
+                )
+            )
         else:
             try:
                 found.append(match_notebooks(student, folder, source_notebooks[folder.name]))
             except Exception as exc:  # a bug here must cost this submission only
-                found.append(Submission(student, folder.name, folder, {}, problem=(
-                    f"the submission folder could not be read: {type(exc).__name__}: {exc}")))
+                found.append(
+                    Submission(
+                        student,
+                        folder.name,
+                        folder,
+                        {},
+                        problem=(f"the submission folder could not be read: {type(exc).__name__}: {exc}"),
+                    )
+                )
     return found
 
 
@@ -156,8 +194,10 @@ def match_notebooks(student: str, folder: Path, expected: list[str]) -> Submissi
         (only,) = present.values()
         sub.notebooks[expected[0]] = only
         sub.notes.append(f"graded {only.name} as {expected[0]}.ipynb (the notebook had another name)")
-    sub.notes += FolderWalk(skipped=[s for s in walk.skipped if not top_notebook(s.relative)],
-                            symlinks=[p for p in walk.symlinks if not top_notebook(p)]).notes()
+    sub.notes += FolderWalk(
+        skipped=[s for s in walk.skipped if not top_notebook(s.relative)],
+        symlinks=[p for p in walk.symlinks if not top_notebook(p)],
+    ).notes()
     refused = [f"{n}: {why}" for n, why in sorted(unusable.items())]
     missing = [n for n in expected if n not in sub.notebooks]
     if not sub.notebooks:
@@ -166,8 +206,10 @@ def match_notebooks(student: str, folder: Path, expected: list[str]) -> Submissi
         elif not present:
             sub.problem = "no notebook was found in the submission folder"
         else:
-            sub.problem = (f"none of the notebooks ({', '.join(sorted(present))}) is "
-                           f"{' or '.join(n + '.ipynb' for n in expected)}")
+            sub.problem = (
+                f"none of the notebooks ({', '.join(sorted(present))}) is "
+                f"{' or '.join(n + '.ipynb' for n in expected)}"
+            )
     elif missing:
         sub.notes.append("missing notebook(s), scored 0: " + ", ".join(f"{n}.ipynb" for n in missing))
         if refused:

@@ -231,18 +231,28 @@ EXERCISES = [
     exercise("padding_mask", lambda i: {"mask": _padding(i)}, PADDING_BUGS),
     exercise("EncoderLayer", lambda i: call_encoder(EncoderLayer, i), ENCODER_BUGS),
     exercise("EncoderLayer__torch", torch_encoder_reference, ENCODER_BUGS),
-    exercise("EncoderLayer__padding", no_change("change_at_real_tokens", lambda i: i["x"].shape,
-                                                reference_output(call_encoder_padding, EncoderLayer))),
+    exercise(
+        "EncoderLayer__padding",
+        no_change(
+            "change_at_real_tokens",
+            lambda i: i["x"].shape,
+            reference_output(call_encoder_padding, EncoderLayer),
+        ),
+    ),
     exercise("DecoderLayer", lambda i: call_decoder(DecoderLayer, i), DECODER_BUGS),
     exercise("DecoderLayer__torch", torch_decoder_reference, DECODER_BUGS),
     exercise(
         "DecoderLayer__causality",
-        no_change("change_up_to_cut", lambda i: i["y"][:, : i["cut"] + 1].shape,
-                  reference_output(call_decoder_causality, DecoderLayer)),
+        no_change(
+            "change_up_to_cut",
+            lambda i: i["y"][:, : i["cut"] + 1].shape,
+            reference_output(call_decoder_causality, DecoderLayer),
+        ),
     ),
     exercise(
         "DecoderLayer__memory_padding",
-        no_change("change", lambda i: i["y"].shape,
-                  reference_output(call_decoder_memory_padding, DecoderLayer)),
+        no_change(
+            "change", lambda i: i["y"].shape, reference_output(call_decoder_memory_padding, DecoderLayer)
+        ),
     ),
 ]

@@ -87,7 +87,7 @@ def _other_width(change: int):
     return bug
 
 
-_ODD = ("with an odd d_model, column d_model - 1 is a lone sine, sin(p w) with 2i = d_model - 1")
+_ODD = "with an odd d_model, column d_model - 1 is a lone sine, sin(p w) with 2i = d_model - 1"
 
 #: classic bug, in words -> inputs -> its encoding (the parent names the one an output matches)
 HINTED_PE_BUGS = {
@@ -96,14 +96,17 @@ HINTED_PE_BUGS = {
     "2 * i / d_model)": _with_frequencies(lambda i, d: 10000.0 ** (-4 * i / d)),
     "integer division in the exponent: 2 * i // d_model is 0 for every pair, so every "
     "frequency came out as 1 (use / for the exponent 2i / d_model)": _with_frequencies(
-        lambda i, d: 10000.0 ** -((2 * i) // d)),
+        lambda i, d: 10000.0 ** -((2 * i) // d)
+    ),
     "integer division of the angles: p // 10000^(2i / d_model) floors every angle to a whole "
     "number (divide with /)": _floored_angles,
     "log10(10000) = 4 where the natural log ln(10000) = 9.21 belongs: exp(-2i * ln(10000) / "
     "d_model) is 10000^(-2i / d_model) (np.log, not np.log10)": _with_frequencies(
-        lambda i, d: np.exp(-2 * i * np.log10(10000.0) / d)),
+        lambda i, d: np.exp(-2 * i * np.log10(10000.0) / d)
+    ),
     "a base of 10 instead of 10000 in w_i = 10000^(-2i / d_model)": _with_frequencies(
-        lambda i, d: 10.0 ** (-2 * i / d)),
+        lambda i, d: 10.0 ** (-2 * i / d)
+    ),
     "positions scaled into [0, 1] (p / (n - 1), as np.linspace(0, 1, n) gives): the positions "
     "are the whole numbers p = 0, 1, ..., n - 1": _with_frequencies(None, lambda p, n: p / (n - 1)),
     "positions scaled into [0, 1) (p / n): the positions are the whole numbers p = 0, 1, ..., "

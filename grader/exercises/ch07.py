@@ -88,7 +88,8 @@ ONLINE_BUGS = {
     "(<= 1); the old terms must shrink when the max grows": _online_mistake("rescaled_upwards"),
     "a loop in which only the first block of keys counts: it returned (or stopped) after its "
     "first block; return acc / l after the loop, once every block was added": _online_mistake(
-        "first_block_only"),
+        "first_block_only"
+    ),
     "a loop in which only the last block of keys counts: acc and l were overwritten at each "
     "block (acc = ...) instead of accumulated (acc = c * acc + ...)": _online_mistake("last_block_only"),
 }
@@ -279,8 +280,9 @@ CACHED_BUGS = {
 EXERCISES = [
     exercise("online_softmax_attention", online_reference, ONLINE_BUGS),
     # no classic bugs on this one: its point is the memory limit, and they would cost seconds
-    dataclasses.replace(exercise("online_softmax_attention__memory", memory_reference),
-                        memory_budget=MEMORY_CASE_BUDGET),
+    dataclasses.replace(
+        exercise("online_softmax_attention__memory", memory_reference), memory_budget=MEMORY_CASE_BUDGET
+    ),
     exercise("KVCache", cache_reference, CACHE_BUGS),
     exercise("CachedSelfAttention", cached_reference, CACHED_BUGS),
     exercise("CachedSelfAttention__torch", cached_torch_reference, CACHED_BUGS),

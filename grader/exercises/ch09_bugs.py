@@ -169,9 +169,13 @@ def rolling_model(inputs: dict[str, Any], mistake: str | None) -> dict[str, Any]
         keys.append(k[:, :, rows]), values.append(v[:, :, rows])
         shown = np.arange(len(labels)) if mistake == "relative" else labels
         positions.append(shown.astype(np.float64)), kept.append(float(len(labels)))
-    return {"keys": np.concatenate(keys, axis=-2), "values": np.concatenate(values, axis=-2),
-            "positions": np.concatenate(positions), "kept": np.array(kept),
-            "lengths": np.cumsum(inputs["chunks"]).astype(np.float64)}
+    return {
+        "keys": np.concatenate(keys, axis=-2),
+        "values": np.concatenate(values, axis=-2),
+        "positions": np.concatenate(positions),
+        "kept": np.array(kept),
+        "lengths": np.cumsum(inputs["chunks"]).astype(np.float64),
+    }
 
 
 ROLLING_BUGS = {

@@ -134,21 +134,37 @@ def _exercises(assignment: str, notebook: str, nb: NotebookNode) -> list[Exercis
     for tree in trees:
         if tree is not None:
             given |= all_hashes(normalise(tree, aliases)) | all_hashes(normalise(tree, aliases, together))
-    locked = frozenset(g for c in nb.cells if is_locked_cell(c)
-                       and isinstance(g := nbgrader_metadata(c).get("grade_id"), str))
+    locked = frozenset(
+        g
+        for c in nb.cells
+        if is_locked_cell(c) and isinstance(g := nbgrader_metadata(c).get("grade_id"), str)
+    )
     defines: dict[str, set[str]] = {}  # grade id -> what its source cell defines
     for cell in code:
         if is_solution_cell(cell):
             original = _parsed(cell.source)  # the solution itself, not the stub
             defines.setdefault(nbgrader_metadata(cell)["grade_id"], set()).update(
-                top_level_definitions(original) if original is not None else set())
+                top_level_definitions(original) if original is not None else set()
+            )
     given_texts = frozenset(c.source.strip() for c in code if not is_solution_cell(c))
     exercises = []
     for grade_id, names in defines.items():
         others = set().union(*(n for g, n in defines.items() if g != grade_id))
         label = exercise_label(assignment, notebook, grade_id)
-        exercises.append(Exercise(assignment, notebook, grade_id, label, aliases, given, locked,
-                                  frozenset(defines), frozenset(names - others), given_texts))
+        exercises.append(
+            Exercise(
+                assignment,
+                notebook,
+                grade_id,
+                label,
+                aliases,
+                given,
+                locked,
+                frozenset(defines),
+                frozenset(names - others),
+                given_texts,
+            )
+        )
     return exercises
 
 

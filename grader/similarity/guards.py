@@ -54,5 +54,6 @@ class Budget:
 
     def check(self) -> None:
         if time.monotonic() > self.deadline:
-            raise OverTime(f"reading it took over {self.seconds:g} s (the report's limit for one "
-                           "notebook); not compared")
+            raise OverTime(
+                f"reading it took over {self.seconds:g} s (the report's limit for one notebook); not compared"
+            )

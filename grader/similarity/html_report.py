@@ -65,8 +65,9 @@ def _e(text: object) -> str:
 
 
 def _anchor(result: ExerciseResult) -> str:
-    return "ex-" + "".join(c if c.isalnum() else "-" for c in
-                           f"{result.exercise.assignment}-{result.exercise.label}")
+    return "ex-" + "".join(
+        c if c.isalnum() else "-" for c in f"{result.exercise.assignment}-{result.exercise.label}"
+    )
 
 
 def _region_tag(number: int) -> str:
@@ -81,8 +82,10 @@ def _code(source: str, regions: dict[int, int]) -> str:
         css = "line" if region is None else f"line m{region % len(REGION_COLOURS)}"
         tag = "" if region is None else _region_tag(region)
         title = "" if region is None else f' title="matching region {tag}"'
-        lines.append(f'<span class="{css}"{title}><span class="ln">{number}</span>'
-                     f'<span class="tag">{tag}</span>{_e(text)}</span>')
+        lines.append(
+            f'<span class="{css}"{title}><span class="ln">{number}</span>'
+            f'<span class="tag">{tag}</span>{_e(text)}</span>'
+        )
     return '<pre class="code"><code>' + "".join(lines) + "</code></pre>"
 
 
@@ -108,29 +111,37 @@ def _pair(match: Match) -> str:
 
 def _exercise(result: ExerciseResult, threshold: float) -> str:
     ex = result.exercise
-    parts = [f'<section class="exercise" id="{_anchor(result)}">',
-             f"<h2>{_e(ex.assignment)}: {_e(ex.label)}</h2>",
-             f"<p>{len(result.entries)} submissions compared; {result.compared} pairs shared at least "
-             f"one fingerprint and were scored; {len(result.matches)} scored {threshold:g} or more. "
-             f"{result.nothing_own} had no code of their own to compare (only what was given, or "
-             f"only what most submissions share); {result.common} fingerprints were dropped as "
-             f"shared by more than {MAX_COMMON_FRACTION:.0%} of the submissions.</p>"]
+    parts = [
+        f'<section class="exercise" id="{_anchor(result)}">',
+        f"<h2>{_e(ex.assignment)}: {_e(ex.label)}</h2>",
+        f"<p>{len(result.entries)} submissions compared; {result.compared} pairs shared at least "
+        f"one fingerprint and were scored; {len(result.matches)} scored {threshold:g} or more. "
+        f"{result.nothing_own} had no code of their own to compare (only what was given, or "
+        f"only what most submissions share); {result.common} fingerprints were dropped as "
+        f"shared by more than {MAX_COMMON_FRACTION:.0%} of the submissions.</p>",
+    ]
     parts.append("<h3>Clusters</h3>")
     if result.clusters:
-        parts.append('<p class="muted">Submissions linked by pairs at or above the threshold '
-                     "(a chain: not every two members need be similar).</p><ol>")
+        parts.append(
+            '<p class="muted">Submissions linked by pairs at or above the threshold '
+            "(a chain: not every two members need be similar).</p><ol>"
+        )
         for group in result.clusters:
-            parts.append(f"<li>{len(group.students)} submissions, best pair {group.best:.2f}: "
-                         f"{_names(group.students)}</li>")
+            parts.append(
+                f"<li>{len(group.students)} submissions, best pair {group.best:.2f}: "
+                f"{_names(group.students)}</li>"
+            )
         parts.append("</ol>")
     else:
         parts.append('<p class="muted">None: no pair scored at or above the threshold.</p>')
     if result.common_answers:
-        parts.append("<h3>Common answers</h3>"
-                     '<p class="muted">Submissions alike only in a short piece of code (fewer than '
-                     f"{LONG_MATCH} shared fingerprints) that more than {COMMON_ANSWER_FRACTION:.0%} of the "
-                     f"submissions (or {COMMON_FLOOR}) also hold: an answer many wrote, which is no "
-                     "evidence of copying between any two of them; not listed as pairs.</p><ul>")
+        parts.append(
+            "<h3>Common answers</h3>"
+            '<p class="muted">Submissions alike only in a short piece of code (fewer than '
+            f"{LONG_MATCH} shared fingerprints) that more than {COMMON_ANSWER_FRACTION:.0%} of the "
+            f"submissions (or {COMMON_FLOOR}) also hold: an answer many wrote, which is no "
+            "evidence of copying between any two of them; not listed as pairs.</p><ul>"
+        )
         for group in result.common_answers:
             parts.append(f"<li>{len(group.students)} submissions: {_names(group.students)}</li>")
         parts.append("</ul>")
@@ -149,26 +160,35 @@ def _skipped(report: Report) -> str:
 
 
 def _table(skips: list, last: str) -> str:
-    rows = "".join(f'<tr><td>{_e(s.assignment)}</td><td>{_e(s.exercise)}</td>'
-                   f'<td class="id">{_e(s.student)}</td><td>{_e(s.why)}</td></tr>' for s in skips)
-    return ('<div class="scroll"><table class="list"><thead><tr><th>assignment</th><th>exercise</th>'
-            f"<th>student</th><th>{last}</th></tr></thead><tbody>{rows}</tbody></table></div>")
+    rows = "".join(
+        f"<tr><td>{_e(s.assignment)}</td><td>{_e(s.exercise)}</td>"
+        f'<td class="id">{_e(s.student)}</td><td>{_e(s.why)}</td></tr>'
+        for s in skips
+    )
+    return (
+        '<div class="scroll"><table class="list"><thead><tr><th>assignment</th><th>exercise</th>'
+        f"<th>student</th><th>{last}</th></tr></thead><tbody>{rows}</tbody></table></div>"
+    )
 
 
 def _notes(report: Report) -> str:
     if not report.notes:
         return ""
-    return ('<section id="notes"><h2>Compared in part</h2><p class="muted">Compared, but not '
-            "as handed in: the exercise's cell was missing (the learner's other cells were read), "
-            "or cells were left out by the report's limits. Each is worth a look.</p>"
-            + _table(report.notes, "note") + "</section>")
+    return (
+        '<section id="notes"><h2>Compared in part</h2><p class="muted">Compared, but not '
+        "as handed in: the exercise's cell was missing (the learner's other cells were read), "
+        "or cells were left out by the report's limits. Each is worth a look.</p>"
+        + _table(report.notes, "note")
+        + "</section>"
+    )
 
 
 def render(report: Report) -> str:
     contents = "".join(
         f'<li><a href="#{_anchor(r)}">{_e(r.exercise.assignment)}: {_e(r.exercise.label)}</a> '
         f"({len(r.matches)} pairs, {len(r.clusters)} clusters, {len(r.common_answers)} common answers)</li>"
-        for r in report.results)
+        for r in report.results
+    )
     body = [
         "<header><h1>Similarity of submitted code</h1>",
         '<p class="verdict"><strong>Evidence, not a verdict.</strong> A score says how much of two '
@@ -190,11 +210,17 @@ def render(report: Report) -> str:
         f"<dt>time</dt><dd>{report.seconds:.1f} s</dd>",
         "</dl>",
         f"<nav><h2>Exercises</h2><ul>{contents}</ul></nav></header><main>",
-        '<section id="not-compared"><h2>Not compared</h2>', _skipped(report), "</section>", _notes(report),
+        '<section id="not-compared"><h2>Not compared</h2>',
+        _skipped(report),
+        "</section>",
+        _notes(report),
         *(_exercise(r, report.threshold) for r in report.results),
         "</main>",
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>Similarity report</title><style>{CSS}</style></head><body>"
-            + "".join(body) + "</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>Similarity report</title><style>{CSS}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )

@@ -55,20 +55,89 @@ from grader.similarity.ordering import canonical_order
 LOCAL = "V"
 # calls an unused value of which changes nothing a grader checks (builtins and NumPy's
 # introspection and reductions; print and display only show): dropped as dead expressions
-PURE_FUNCTIONS = frozenset({
-    "print", "display", "len", "type", "id", "repr", "str", "format", "isinstance", "abs", "min",
-    "max", "sum", "round", "sorted", "list", "tuple", "dict", "set", "int", "float", "bool",
-    "numpy.shape", "numpy.ndim", "numpy.size", "numpy.sum", "numpy.mean", "numpy.max", "numpy.min",
-    "numpy.abs", "numpy.isclose", "numpy.allclose", "numpy.array_equal", "numpy.isfinite",
-    "math.sqrt", "math.exp", "math.log", "math.isclose", "torch.numel", "torch.is_tensor",
-})
+PURE_FUNCTIONS = frozenset(
+    {
+        "print",
+        "display",
+        "len",
+        "type",
+        "id",
+        "repr",
+        "str",
+        "format",
+        "isinstance",
+        "abs",
+        "min",
+        "max",
+        "sum",
+        "round",
+        "sorted",
+        "list",
+        "tuple",
+        "dict",
+        "set",
+        "int",
+        "float",
+        "bool",
+        "numpy.shape",
+        "numpy.ndim",
+        "numpy.size",
+        "numpy.sum",
+        "numpy.mean",
+        "numpy.max",
+        "numpy.min",
+        "numpy.abs",
+        "numpy.isclose",
+        "numpy.allclose",
+        "numpy.array_equal",
+        "numpy.isfinite",
+        "math.sqrt",
+        "math.exp",
+        "math.log",
+        "math.isclose",
+        "torch.numel",
+        "torch.is_tensor",
+    }
+)
 # methods likewise, on any value (unless the cell defines a method or attribute of that name)
-PURE_METHODS = frozenset({
-    "sum", "mean", "max", "min", "std", "var", "item", "tolist", "size", "dim", "numel", "any",
-    "all", "copy", "clone", "detach", "numpy", "cpu", "reshape", "view", "transpose", "astype",
-    "argmax", "argmin", "round", "abs", "isclose", "allclose", "equal", "format", "keys", "values",
-    "items", "get",
-})
+PURE_METHODS = frozenset(
+    {
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "std",
+        "var",
+        "item",
+        "tolist",
+        "size",
+        "dim",
+        "numel",
+        "any",
+        "all",
+        "copy",
+        "clone",
+        "detach",
+        "numpy",
+        "cpu",
+        "reshape",
+        "view",
+        "transpose",
+        "astype",
+        "argmax",
+        "argmin",
+        "round",
+        "abs",
+        "isclose",
+        "allclose",
+        "equal",
+        "format",
+        "keys",
+        "values",
+        "items",
+        "get",
+    }
+)
 _EFFECTS = (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)
 
 
@@ -137,8 +206,9 @@ def own_attributes(nodes: Iterable[ast.AST]) -> set[str]:
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
             names.add(node.attr)
         elif isinstance(node, ast.ClassDef):
-            names.update(item.name for item in node.body
-                         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef))
+            names.update(
+                item.name for item in node.body if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+            )
     return names
 
 
@@ -151,8 +221,9 @@ def helpers(tree: ast.Module) -> dict[str, ast.FunctionDef]:
         if isinstance(statement, ast.FunctionDef):
             defined.setdefault(statement.name, []).append(statement)
     once = {name: defs[0] for name, defs in defined.items() if len(defs) == 1}
-    definitions = [s for s in tree.body
-                   if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    definitions = [
+        s for s in tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
     if not once or len(definitions) < 2:
         return {}
     called = set()
@@ -160,8 +231,12 @@ def helpers(tree: ast.Module) -> dict[str, ast.FunctionDef]:
         if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
         for node in ast.walk(statement):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in once
-                    and once[node.func.id] is not statement):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in once
+                and once[node.func.id] is not statement
+            ):
                 called.add(node.func.id)
     return {name: once[name] for name in called}
 
@@ -207,7 +282,7 @@ def _loads(node: ast.AST) -> set[str]:
 
 def _effects(statement: ast.stmt) -> tuple[set[str], set[str]]:
     """(what the assignment writes, what it reads), as names or dotted names (``self.W_q``)."""
-    targets = (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
     writes: set[str] = set()
     reads = _loads(statement.value) if statement.value is not None else set()
     for target in targets:
@@ -225,8 +300,14 @@ def _effects(statement: ast.stmt) -> tuple[set[str], set[str]]:
 
 
 class _Emitter:
-    def __init__(self, local: set[str], attributes: set[str], aliases: dict[str, str],
-                 inline: dict[str, ast.FunctionDef], budget: Budget | None = None) -> None:
+    def __init__(
+        self,
+        local: set[str],
+        attributes: set[str],
+        aliases: dict[str, str],
+        inline: dict[str, ast.FunctionDef],
+        budget: Budget | None = None,
+    ) -> None:
         self.local, self.attributes, self.aliases, self.inline = local, attributes, aliases, inline
         self.budget = budget
         self.tokens: list[str] = []
@@ -451,8 +532,13 @@ class _Emitter:
                 self.children(node)
 
     def arguments(self, args: ast.arguments) -> None:
-        every = [*args.posonlyargs, *args.args, *([args.vararg] if args.vararg else []),
-                 *args.kwonlyargs, *([args.kwarg] if args.kwarg else [])]
+        every = [
+            *args.posonlyargs,
+            *args.args,
+            *([args.vararg] if args.vararg else []),
+            *args.kwonlyargs,
+            *([args.kwarg] if args.kwarg else []),
+        ]
         for _ in every:
             self.emit("arg")
         for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
@@ -473,8 +559,12 @@ class _Emitter:
                 self.visit(value)
 
 
-def normalise(tree: ast.Module, given_aliases: dict[str, str] | None = None,
-              also_local: set[str] = frozenset(), budget: Budget | None = None) -> Tokens:
+def normalise(
+    tree: ast.Module,
+    given_aliases: dict[str, str] | None = None,
+    also_local: set[str] = frozenset(),
+    budget: Budget | None = None,
+) -> Tokens:
     """``tree`` (a cell, see :func:`parse_cell`) as normalised tokens.
 
     ``given_aliases`` are the imports the learner was given (the source's setup cell): the
@@ -485,7 +575,12 @@ def normalise(tree: ast.Module, given_aliases: dict[str, str] | None = None,
     nodes = list(ast.walk(tree))
     local = bound_names(nodes) | also_local
     aliases = {**(given_aliases or {}), **import_aliases(nodes)}
-    emitter = _Emitter(local, own_attributes(nodes), {k: v for k, v in aliases.items() if k not in local},
-                       helpers(tree), budget)
+    emitter = _Emitter(
+        local,
+        own_attributes(nodes),
+        {k: v for k, v in aliases.items() if k not in local},
+        helpers(tree),
+        budget,
+    )
     emitter.body(tree.body)
     return Tokens(emitter.tokens, emitter.lines)

@@ -91,8 +91,9 @@ def _file(graph: _Graph, name: _Name, j: int, kind: str) -> None:
         graph.follow(j, [name.group_entry])
         name.group.append(j)
     else:  # a new group: after every member of the one before, or after the last MIXED or write
-        entry = graph.node(name.group) if name.group else (
-            name.mixed if name.mixed is not None else name.write)
+        entry = (
+            graph.node(name.group) if name.group else (name.mixed if name.mixed is not None else name.write)
+        )
         graph.follow(j, [entry])
         name.group_kind, name.group, name.group_entry = kind, [j], entry
 
@@ -110,8 +111,11 @@ def _accesses(writes: set[str], reads: set[str], ids: dict[tuple[int, str], int]
     return found
 
 
-def canonical_order(effects: Sequence[tuple[set[str], set[str]]], read: Sequence[tuple[list[str], list[int]]],
-                    budget: Budget | None = None) -> list[int]:
+def canonical_order(
+    effects: Sequence[tuple[set[str], set[str]]],
+    read: Sequence[tuple[list[str], list[int]]],
+    budget: Budget | None = None,
+) -> list[int]:
     """The order to read a run in: ``effects[j]`` is (what assignment j writes, what it reads),
     as names or dotted names; ``read[j]`` its tokens and lines, which break ties."""
     r = len(effects)

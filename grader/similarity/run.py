@@ -88,13 +88,23 @@ class Report:
     @property
     def matches(self) -> list[tuple[ExerciseResult, Match]]:
         found = [(r, m) for r in self.results for m in r.matches]
-        return sorted(found, key=lambda rm: (-rm[1].pair.score, rm[0].exercise.assignment,
-                                             rm[0].exercise.label, rm[1].a.student, rm[1].b.student))
+        return sorted(
+            found,
+            key=lambda rm: (
+                -rm[1].pair.score,
+                rm[0].exercise.assignment,
+                rm[0].exercise.label,
+                rm[1].a.student,
+                rm[1].b.student,
+            ),
+        )
 
     def line(self) -> str:
-        return (f"{self.submissions} submissions, {len(self.results)} exercises, "
-                f"{self.pairs_compared} pairs scored, {len(self.matches)} at or above "
-                f"{self.threshold:g}, {len(self.skipped)} not compared")
+        return (
+            f"{self.submissions} submissions, {len(self.results)} exercises, "
+            f"{self.pairs_compared} pairs scored, {len(self.matches)} at or above "
+            f"{self.threshold:g}, {len(self.skipped)} not compared"
+        )
 
 
 def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, list[Entry]]:
@@ -114,8 +124,14 @@ def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, li
             path = sub.notebooks.get(notebook)
             if path is None:
                 for exercise in exercises:
-                    report.skipped.append(Skip(assignment.name, exercise.label, student,
-                                               f"no notebook {notebook}.ipynb was handed in"))
+                    report.skipped.append(
+                        Skip(
+                            assignment.name,
+                            exercise.label,
+                            student,
+                            f"no notebook {notebook}.ipynb was handed in",
+                        )
+                    )
                 continue
             budget = Budget()  # for the whole notebook: every exercise of it
             try:
@@ -133,21 +149,41 @@ def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, li
                     continue
                 except (RecursionError, MemoryError) as exc:  # a guard the reader did not foresee
                     why = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
-                    report.skipped.append(Skip(assignment.name, exercise.label, student,
-                                               f"the submission is {why} to be compared"))
+                    report.skipped.append(
+                        Skip(
+                            assignment.name,
+                            exercise.label,
+                            student,
+                            f"the submission is {why} to be compared",
+                        )
+                    )
                     continue
                 except Exception as exc:  # a shape no one foresaw: this one is listed, the rest go on
-                    report.skipped.append(Skip(assignment.name, exercise.label, student,
-                                               f"could not be compared ({type(exc).__name__})"))
+                    report.skipped.append(
+                        Skip(
+                            assignment.name,
+                            exercise.label,
+                            student,
+                            f"could not be compared ({type(exc).__name__})",
+                        )
+                    )
                     continue
                 entries[exercise.label].append(entry)
-                report.notes += [Skip(assignment.name, exercise.label, student, note)
-                                 for note in seen[(exercise.label, entry.source)][1]]
+                report.notes += [
+                    Skip(assignment.name, exercise.label, student, note)
+                    for note in seen[(exercise.label, entry.source)][1]
+                ]
     return entries
 
 
-def _entry(nb, exercise: Exercise, student: str, budget: Budget, cache: dict,
-           seen: dict[tuple[str, str], tuple[Fingerprints, list[str]]]) -> Entry:
+def _entry(
+    nb,
+    exercise: Exercise,
+    student: str,
+    budget: Budget,
+    cache: dict,
+    seen: dict[tuple[str, str], tuple[Fingerprints, list[str]]],
+) -> Entry:
     """One submission's entry for ``exercise``; the same cells (a stub, a copy) are read once."""
     parts = submitted_parts(nb, exercise, budget)
     key = (exercise.label, parts.text)
@@ -169,6 +205,7 @@ def _score(exercise: Exercise, entries: list[Entry], threshold: float) -> Exerci
         a, b = entries[pair.a], entries[pair.b]
         lines_a, lines_b = matching_lines(a.prints, b.prints, scored.counted)
         matches.append(Match(pair, a, b, lines_a, lines_b))
+
     def groups(pairs: list[Pair]) -> list[Group]:
         found = []
         for members in clusters(len(entries), pairs):
@@ -178,8 +215,16 @@ def _score(exercise: Exercise, entries: list[Entry], threshold: float) -> Exerci
         return found
 
     nothing_own = sum(1 for e in entries if not any(f in scored.counted for f in e.prints.positions))
-    return ExerciseResult(exercise, entries, matches, groups(scored.pairs), groups(scored.common_answers),
-                          scored.compared, nothing_own, scored.common)
+    return ExerciseResult(
+        exercise,
+        entries,
+        matches,
+        groups(scored.pairs),
+        groups(scored.common_answers),
+        scored.compared,
+        nothing_own,
+        scored.common,
+    )
 
 
 def compare(submitted: Path, source: Path, threshold: float) -> Report:
@@ -188,8 +233,10 @@ def compare(submitted: Path, source: Path, threshold: float) -> Report:
     assignments = read_source(source)
     if not any(a.exercises for a in assignments.values()):
         problems = [p for a in assignments.values() for p in a.problems]
-        raise SourceProblem(f"the source {source} has no notebook with a solution cell"
-                            + (f" ({'; '.join(problems)})" if problems else ""))
+        raise SourceProblem(
+            f"the source {source} has no notebook with a solution cell"
+            + (f" ({'; '.join(problems)})" if problems else "")
+        )
     subs = find_submissions(submitted, {name: a.notebooks for name, a in assignments.items()})
     report = Report(threshold, source, submissions=len(subs))
     for name, assignment in assignments.items():
@@ -209,8 +256,17 @@ def write_report(report: Report, out: Path) -> tuple[Path, Path]:
     """REPORT/similarity.csv (one row per pair at or above the threshold, best first) and
     REPORT/similarity.html; both are replaced whole, never half-written."""
     out.mkdir(parents=True, exist_ok=True)
-    rows = [[r.exercise.assignment, r.exercise.label, m.a.student, m.b.student, round(m.pair.score, 4),
-             m.shared_lines] for r, m in report.matches]
+    rows = [
+        [
+            r.exercise.assignment,
+            r.exercise.label,
+            m.a.student,
+            m.b.student,
+            round(m.pair.score, 4),
+            m.shared_lines,
+        ]
+        for r, m in report.matches
+    ]
     csv_path, html_path = out / "similarity.csv", out / "similarity.html"
     write_csv(csv_path, CSV_HEADER, rows)
     write_atomically(html_path, printable(render(report)))

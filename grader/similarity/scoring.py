@@ -99,8 +99,9 @@ class _Index:
         if ids.size == 0:
             return np.zeros(self.n), np.zeros(self.n, dtype=np.int64)
         members = np.concatenate([self.postings[j] for j in ids.tolist()])
-        weight = np.bincount(members, weights=np.repeat(self.column_weight[ids], self.sizes[ids]),
-                             minlength=self.n)
+        weight = np.bincount(
+            members, weights=np.repeat(self.column_weight[ids], self.sizes[ids]), minlength=self.n
+        )
         return weight, np.bincount(members, minlength=self.n)
 
     def holding(self, shared: frozenset[int]) -> int:
@@ -121,7 +122,7 @@ def score_pairs(prints: Sequence[Iterable[int]], threshold: float) -> Scored:
     compared = 0
     for a, own in enumerate(index.own):
         shared_weight, shared_count = index.sharing(own)
-        others = np.flatnonzero(shared_count[a + 1:]) + a + 1
+        others = np.flatnonzero(shared_count[a + 1 :]) + a + 1
         compared += others.size
         if others.size == 0:
             continue
@@ -129,8 +130,9 @@ def score_pairs(prints: Sequence[Iterable[int]], threshold: float) -> Scored:
         union = index.totals[a] + index.totals[others] - together
         scores = np.divide(together, union, out=np.zeros_like(together), where=union > 0)
         keep = (scores >= threshold) & (shared_count[others] >= MIN_SHARED)
-        for b, score, count in zip(others[keep].tolist(), scores[keep].tolist(),
-                                   shared_count[others][keep].tolist(), strict=True):
+        for b, score, count in zip(
+            others[keep].tolist(), scores[keep].tolist(), shared_count[others][keep].tolist(), strict=True
+        ):
             pair = Pair(a, b, min(score, 1.0), count)
             if count < LONG_MATCH and index.holding(own & index.own[b]) > answer_limit:
                 common_answers.append(pair)
@@ -163,17 +165,28 @@ def _extend(a: Fingerprints, b: Fingerprints, i: int, j: int, k: int) -> tuple[i
     """The longest run of equal own tokens through a[i:i+k] == b[j:j+k]: (start in a, length).
     Its cost is the run's length."""
     start, end = i, i + min(k, len(a.tokens) - i, len(b.tokens) - j)  # a short cell is one k-gram
-    while (start > 0 and start - i + j > 0 and a.own[start - 1] and b.own[start - 1 - i + j]
-           and a.tokens[start - 1] == b.tokens[start - 1 - i + j]):
+    while (
+        start > 0
+        and start - i + j > 0
+        and a.own[start - 1]
+        and b.own[start - 1 - i + j]
+        and a.tokens[start - 1] == b.tokens[start - 1 - i + j]
+    ):
         start -= 1
-    while (end < len(a.tokens) and end - i + j < len(b.tokens) and a.own[end] and b.own[end - i + j]
-           and a.tokens[end] == b.tokens[end - i + j]):
+    while (
+        end < len(a.tokens)
+        and end - i + j < len(b.tokens)
+        and a.own[end]
+        and b.own[end - i + j]
+        and a.tokens[end] == b.tokens[end - i + j]
+    ):
         end += 1
     return start, end - start
 
 
-def matching_lines(a: Fingerprints, b: Fingerprints, counted: set[int],
-                   k: int = K) -> tuple[dict[int, int], dict[int, int]]:
+def matching_lines(
+    a: Fingerprints, b: Fingerprints, counted: set[int], k: int = K
+) -> tuple[dict[int, int], dict[int, int]]:
     """Which lines of each cell match, and the matching region each belongs to.
 
     Each fingerprint the two share (of those that count) is grown, token by token, into the
@@ -188,8 +201,9 @@ def matching_lines(a: Fingerprints, b: Fingerprints, counted: set[int],
     """
     runs: list[tuple[int, int, int]] = []  # (start in a, start in b, length)
     by_offset: dict[int, tuple[list[int], list[int]]] = {}  # j - i -> (starts, lengths), sorted
-    shared = sorted((f for f in a.positions if f in b.positions and f in counted),
-                    key=lambda f: a.positions[f][0])
+    shared = sorted(
+        (f for f in a.positions if f in b.positions and f in counted), key=lambda f: a.positions[f][0]
+    )
     budget = GROWTH_PER_TOKEN * (len(a.tokens) + len(b.tokens))
     for f in shared[:MAX_SHOWN]:  # a cell of one line repeated thousands of times costs no more
         for i in a.positions[f][:MAX_REPEATS]:
@@ -216,8 +230,9 @@ def matching_lines(a: Fingerprints, b: Fingerprints, counted: set[int],
         first_line = a.lines[s]
         # a new region unless this run continues the previous one (comments, blank lines and
         # prints between them hold no token, so they do not break it)
-        if last_line is None or any(line in code_lines and line not in lines_a
-                                    for line in range(last_line + 1, first_line)):
+        if last_line is None or any(
+            line in code_lines and line not in lines_a for line in range(last_line + 1, first_line)
+        ):
             region += 1
         for offset in range(n):  # the given tokens a fingerprint straddles are not shown as matching
             if a.own[s + offset]:

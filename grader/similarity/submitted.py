@@ -106,19 +106,27 @@ def submitted_parts(nb: NotebookNode, exercise: Exercise, budget: Budget | None 
         result.parts.append(Part(text, ""))
     total = sum(len(p.text) for p in result.parts)
     candidates = [(n, f"added cell {n}", _source(c) or "") for n, c in added]
-    candidates += [(n, f"from cell {n} ({g}): {name}", text) for n, g, c in others
-                   for name, text in _definitions(c, exercise.answer_names)]
+    candidates += [
+        (n, f"from cell {n} ({g}): {name}", text)
+        for n, g, c in others
+        for name, text in _definitions(c, exercise.answer_names)
+    ]
     for count, (number, where, text) in enumerate(sorted(candidates, key=lambda c: c[0])):
         if count == MAX_ADDED_CELLS:
-            result.notes.append(f"{len(candidates) - count} more cells after the first {MAX_ADDED_CELLS} "
-                                f"added ones were not read (from cell {number} on)")
+            result.notes.append(
+                f"{len(candidates) - count} more cells after the first {MAX_ADDED_CELLS} "
+                f"added ones were not read (from cell {number} on)"
+            )
             break
         if len(text) > MAX_CELL_CHARACTERS:
-            result.notes.append(f"{where} has {len(text):,} characters, over the {MAX_CELL_CHARACTERS:,} "
-                                "compared: left out")
+            result.notes.append(
+                f"{where} has {len(text):,} characters, over the {MAX_CELL_CHARACTERS:,} compared: left out"
+            )
         elif total + len(text) > MAX_ENTRY_CHARACTERS:
-            result.notes.append(f"{where} and the cells after it were not read: over "
-                                f"{MAX_ENTRY_CHARACTERS:,} characters in all")
+            result.notes.append(
+                f"{where} and the cells after it were not read: over "
+                f"{MAX_ENTRY_CHARACTERS:,} characters in all"
+            )
             break
         else:
             total += len(text)
@@ -140,12 +148,16 @@ def _definitions(cell: NotebookNode, names: frozenset[str]) -> list[tuple[str, s
     for statement in tree.body:
         if top_level_definitions(ast.Module([statement], [])) & names:
             first = min([statement.lineno, *(d.lineno for d in statement.decorator_list)])
-            found.append((statement.name, "\n".join(lines[first - 1:statement.end_lineno])))
+            found.append((statement.name, "\n".join(lines[first - 1 : statement.end_lineno])))
     return found
 
 
-def submitted_tokens(submitted: Submitted, exercise: Exercise, budget: Budget | None = None,
-                     cache: dict[str, Tokens] | None = None) -> tuple[Tokens, list[str]]:
+def submitted_tokens(
+    submitted: Submitted,
+    exercise: Exercise,
+    budget: Budget | None = None,
+    cache: dict[str, Tokens] | None = None,
+) -> tuple[Tokens, list[str]]:
     """The parts' tokens, on the lines of :attr:`Submitted.text`, and notes on parts left
     out because they do not parse. The exercise's own cell not parsing is a NotCompared."""
     tokens: list[str] = []

@@ -26,8 +26,9 @@ _BASE = np.uint64(0x9E3779B97F4A7C15)  # an odd multiplier (the 64-bit golden ra
 
 @cache
 def _token_hash(token: str) -> int:
-    return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                          "little")
+    return int.from_bytes(
+        hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
+    )
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
@@ -49,7 +50,7 @@ def kgram_hashes(tokens: list[str], k: int = K) -> np.ndarray:
     h = np.zeros(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for j in range(min(k, len(ids))):
-            h = h * _BASE + ids[j:j + n]
+            h = h * _BASE + ids[j : j + n]
         return _mix(h)
 
 
@@ -84,8 +85,9 @@ class Fingerprints:
         return set(self.lines)
 
 
-def fingerprint(stream: Tokens, given: set[int] | frozenset[int] = frozenset(), k: int = K,
-                w: int = W) -> Fingerprints:
+def fingerprint(
+    stream: Tokens, given: set[int] | frozenset[int] = frozenset(), k: int = K, w: int = W
+) -> Fingerprints:
     """The winnowed fingerprints of ``stream``, leaving out every k-gram in ``given``."""
     hashes = kgram_hashes(stream.tokens, k)
     values = hashes.tolist()
@@ -94,10 +96,10 @@ def fingerprint(stream: Tokens, given: set[int] | frozenset[int] = frozenset(), 
     for start in np.flatnonzero(is_given).tolist():
         covered[start] += 1
         covered[min(start + k, len(stream.tokens))] -= 1
-    own = (np.cumsum(covered)[:len(stream.tokens)] == 0).tolist()
+    own = (np.cumsum(covered)[: len(stream.tokens)] == 0).tolist()
     positions: dict[int, list[int]] = {}
     for position in winnow(hashes, w).tolist():
-        if any(own[position:position + k]):  # a k-gram made only of given code counts for nothing
+        if any(own[position : position + k]):  # a k-gram made only of given code counts for nothing
             positions.setdefault(values[position], []).append(position)
     return Fingerprints(positions, stream.tokens, stream.lines, own)
 

@@ -39,7 +39,8 @@ ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
     "05_transformer_attention": _BASE + _TORCH + ("attention_learner.blocks",),
     "06_tiny_translator": _BASE + _TORCH,
     "07_attention_at_scale": _BASE + _TORCH + ("tracemalloc",),
-    "08_build_train_decode": _BASE + _TORCH + ("time", "attention_learner.blocks",
-                                               "attention_learner.cases.ch08", "matplotlib.pyplot"),
+    "08_build_train_decode": _BASE
+    + _TORCH
+    + ("time", "attention_learner.blocks", "attention_learner.cases.ch08", "matplotlib.pyplot"),
     "09_modern_attention": _BASE + _TORCH + ("torch.utils._python_dispatch", "torch.utils._pytree"),
 }

@@ -104,7 +104,7 @@ def check_calls(source: str) -> list[tuple[str, int, dict[str, Any]]]:
 
 def exercise_of(grade_id: str) -> str:
     """test_<name> or test_<name>__<aspect> -> <name>; other ids are their own exercise."""
-    name = grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id
+    name = grade_id[len("test_") :] if grade_id.startswith("test_") else grade_id
     return name.split("__", 1)[0]
 
 
@@ -115,8 +115,9 @@ def first_error(outputs: list[dict]) -> dict | None:
 
 def stderr_text(outputs: list[dict]) -> str | None:
     """What the cell wrote to stderr (nbgrader scores such a test cell 0), or None."""
-    parts = [o.get("text", "") for o in outputs
-             if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    parts = [
+        o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    ]
     return "".join(parts) if parts else None
 
 

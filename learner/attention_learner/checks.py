@@ -50,12 +50,12 @@ class NoExpectedValues(LookupError):
 def check(exercise: str, learner: Any, *, seed: int = 0, **params: Any) -> None:
     """Run one case of ``exercise`` on the learner's ``learner`` and fail with an explanation."""
     case = get_case(exercise)
-    run_check(case, learner, seed, params,
-              lambda inputs, got: judge_here(case, seed, params, inputs, got))
+    run_check(case, learner, seed, params, lambda inputs, got: judge_here(case, seed, params, inputs, got))
 
 
-def run_check(case: Case, learner: Any, seed: int, params: dict[str, Any],
-              judge: Callable[[Inputs, Arrays], str]) -> None:
+def run_check(
+    case: Case, learner: Any, seed: int, params: dict[str, Any], judge: Callable[[Inputs, Arrays], str]
+) -> None:
     """The one body of every ``check``: build the case's inputs (from the job's salt under the
     grader), call the learner's code, then record the raw outputs for the grader's parent
     (under the grader) or decide here with ``judge`` (inputs, outputs) -> "" or the message."""
@@ -198,9 +198,8 @@ def explain(
         try:
             got = case.derive(inputs, got)
         except Exception as exc:  # e.g. outputs of the wrong shape
-            return (
-                f"{case.function} is wrong on {case.case_description(params)}: {exc}\n"
-                + input_summary(inputs)
+            return f"{case.function} is wrong on {case.case_description(params)}: {exc}\n" + input_summary(
+                inputs
             )
     atol, rtol = case.tolerance(params)
     entry_atol = case.entry_atol(params, inputs, expected)
@@ -217,8 +216,7 @@ def explain(
     showing = [
         (description, produced)
         for description, produced in bugs
-        if any(k not in expected or compare(k, expected[k], v, atol, rtol)
-               for k, v in produced.items())
+        if any(k not in expected or compare(k, expected[k], v, atol, rtol) for k, v in produced.items())
     ]
     bug = matching_bug(raw, showing, atol, rtol)
     if bug:
@@ -312,7 +310,7 @@ def check_close(got: Any, expected: Any, what: str, atol: float = 1e-6) -> None:
 
 
 def close_message(got: np.ndarray, expected: np.ndarray, what: str, atol: float = 1e-6) -> str:
-    """"" when ``got`` matches ``expected`` (shape, then values within atol and rtol 1e-5),
+    """ "" when ``got`` matches ``expected`` (shape, then values within atol and rtol 1e-5),
     else what is wrong; :func:`check_close` and the grader's parent both decide with it."""
     if got.shape != expected.shape:
         return f"{what}: expected shape {expected.shape}, got {got.shape}"
@@ -373,8 +371,14 @@ def show_warnings_on_stdout() -> None:
     course's notebooks both show warnings this way. Any other write to stderr still counts.
     """
 
-    def show(message: Any, category: type[Warning], filename: str, lineno: int,
-             file: Any = None, line: str | None = None) -> None:
+    def show(
+        message: Any,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
         sys.stdout.write(f"{WARNED}{category.__name__}: {message}\n")
 
     warnings.showwarning = show

@@ -53,8 +53,11 @@ def convention_facts(inputs: Inputs, raw: Arrays) -> Arrays:
     for name, given in inputs.items():
         if isinstance(given, np.ndarray):
             back = raw.get(AFTER + name)
-            same = (back is not None and back.shape == given.shape
-                    and np.array_equal(back, given, equal_nan=given.dtype.kind == "f"))
+            same = (
+                back is not None
+                and back.shape == given.shape
+                and np.array_equal(back, given, equal_nan=given.dtype.kind == "f")
+            )
             unchanged = unchanged and bool(same)
     compared = {k: v if v.dtype.kind == "b" else v.astype(np.float64) for k, v in outputs.items()}
     return {**compared, "float64": np.array(float64), "unchanged": np.array(unchanged)}

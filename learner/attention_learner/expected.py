@@ -71,7 +71,7 @@ def load_exercise(exercise: str, folder: Path = DATA) -> dict[str, Shipped]:
 
         def group(tag: str, prefix: str = prefix) -> Arrays:
             start = f"{prefix}{tag}/"
-            return {k[len(start):]: v for k, v in arrays.items() if k.startswith(start)}
+            return {k[len(start) :]: v for k, v in arrays.items() if k.startswith(start)}
 
         bugs = [(description, group(f"bug{j}")) for j, description in enumerate(entry["bugs"])]
         shipped[entry["key"]] = Shipped(group("expected"), bugs)

@@ -42,7 +42,10 @@ def executed_notebook(path: Path, timeout: float = 120.0):
 
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=timeout, allow_errors=True, kernel_name="python3",
+        nb,
+        timeout=timeout,
+        allow_errors=True,
+        kernel_name="python3",
         resources={"metadata": {"path": str(path.resolve().parent)}},
         # the kernel's log would warn on the terminal that its loopback ports are unencrypted
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
@@ -64,13 +67,17 @@ def outcomes_of(nb) -> list[TestOutcome]:
         meta = cell.metadata["nbgrader"]
         max_points = cell_points(cell)
         if cell.get("execution_count") is None:
-            outcomes.append(TestOutcome(meta["grade_id"], 0.0, max_points, False,
-                                        "did not run: the notebook stopped before it"))
+            outcomes.append(
+                TestOutcome(
+                    meta["grade_id"], 0.0, max_points, False, "did not run: the notebook stopped before it"
+                )
+            )
             continue
         status, message = cell_outcome(cell.outputs)
         passed = status is TestStatus.PASSED
-        outcomes.append(TestOutcome(meta["grade_id"], max_points if passed else 0.0, max_points,
-                                    passed, message))
+        outcomes.append(
+            TestOutcome(meta["grade_id"], max_points if passed else 0.0, max_points, passed, message)
+        )
     return outcomes
 
 
@@ -95,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="attention-check",
         description="Run an exercise notebook of 'Attention, built by hand' and explain its visible tests.",
     )
-    parser.add_argument("command", nargs="?", choices=["check"], default="check",
-                        help=argparse.SUPPRESS)  # `python -m attention_learner check NB`
+    parser.add_argument(
+        "command", nargs="?", choices=["check"], default="check", help=argparse.SUPPRESS
+    )  # `python -m attention_learner check NB`
     parser.add_argument("notebook", type=Path, help="the .ipynb file to check")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per cell (default 120)")
     args = parser.parse_args(argv)

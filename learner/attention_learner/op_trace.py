@@ -32,20 +32,44 @@ from typing import Any
 
 _SDPA_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_*", "aten::_fused_sdp_choice")
 _MHA_OPS = ("aten::_native_multi_head_attention", "aten::native_multi_head_attention")
-_SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::log_softmax",
-                "aten::_log_softmax", "aten::special_softmax", "aten::special_log_softmax")
+_SOFTMAX_OPS = (
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::_safe_softmax",
+    "aten::log_softmax",
+    "aten::_log_softmax",
+    "aten::special_softmax",
+    "aten::special_log_softmax",
+)
 _JACOBIAN_OPS = ("autograd::engine::*", "aten::_make_dual", "aten::_unpack_dual")
 _LOSS_OPS = ("aten::cross_entropy_loss", "aten::nll_loss*", "aten::nll_loss2d*")
 
 _ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "attention_learner.blocks.given_attention")
-_MULTI_HEAD = ("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward",
-               "attention_learner.blocks.GivenMultiHeadAttention")
-_LAYERS = ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
-           "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")
+_MULTI_HEAD = (
+    "torch.nn.MultiheadAttention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "attention_learner.blocks.GivenMultiHeadAttention",
+)
+_LAYERS = (
+    "torch.nn.Transformer",
+    "torch.nn.TransformerEncoder",
+    "torch.nn.TransformerDecoder",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerDecoderLayer",
+)
 _SOFTMAX = ("scipy.special.softmax", "scipy.special.log_softmax", "torch.nn.Softmax", "torch.nn.LogSoftmax")
-_JACOBIAN = ("torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
-             "torch.autograd.functional.jvp", "torch.func.jacrev", "torch.func.jacfwd", "torch.func.vjp",
-             "torch.func.grad", "torch.func.vmap", "torch.autograd.grad", "torch.autograd.backward")
+_JACOBIAN = (
+    "torch.autograd.functional.jacobian",
+    "torch.autograd.functional.vjp",
+    "torch.autograd.functional.jvp",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+    "torch.func.vjp",
+    "torch.func.grad",
+    "torch.func.vmap",
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+)
 
 #: exercise -> dispatcher operators its solution may not run ("*" ends a prefix)
 FORBIDDEN_OPS: dict[str, tuple[str, ...]] = {
@@ -85,9 +109,15 @@ FORBIDDEN_OBJECTS: dict[str, tuple[str, ...]] = {
     "gqa_attention": _ATTENTION + _MULTI_HEAD,
     # by Python object only, no operator trace: torch's profiler multiplies the address space a
     # tiled pass maps (GBs for chapter 9's memory case, which runs under a memory limit)
-    "FlashAttention": _ATTENTION + _MULTI_HEAD + ("torch.autograd.grad", "torch.autograd.backward",
-                                                  "torch.autograd.functional.vjp", "torch.func.vjp",
-                                                  "torch.func.grad"),
+    "FlashAttention": _ATTENTION
+    + _MULTI_HEAD
+    + (
+        "torch.autograd.grad",
+        "torch.autograd.backward",
+        "torch.autograd.functional.vjp",
+        "torch.func.vjp",
+        "torch.func.grad",
+    ),
 }
 
 #: modules none of whose functions a solution may call: the cases and their hint models
@@ -95,10 +125,17 @@ ANSWER_MODULES = ("attention_learner.cases",)
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _BLOCKS = os.path.join(os.path.realpath(_PACKAGE), "blocks.py")  # the given blocks: torch inside is theirs
-_LIBRARY_ROOTS = tuple(dict.fromkeys(  # torch, NumPy, the standard library: never the learner's code
-    os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                           sysconfig.get_paths()["platlib"], os.path.dirname(os.__file__))
-))
+_LIBRARY_ROOTS = tuple(
+    dict.fromkeys(  # torch, NumPy, the standard library: never the learner's code
+        os.path.realpath(p) + os.sep
+        for p in (
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+            os.path.dirname(os.__file__),
+        )
+    )
+)
 
 
 def call_traced(exercise: str, call: Callable[[], Any]) -> tuple[Any, list[str]]:
@@ -116,8 +153,11 @@ def call_traced(exercise: str, call: Callable[[], Any]) -> tuple[Any, list[str]]
     def profile(frame: types.FrameType, event: str, arg: Any) -> None:
         if event == "call":
             entry = codes.get(id(frame.f_code))
-            if entry is not None and entry[0] is frame.f_code and _called_by_learner(
-                    frame.f_back, base, handed_in=not entry[1].startswith(ANSWER_MODULES)):
+            if (
+                entry is not None
+                and entry[0] is frame.f_code
+                and _called_by_learner(frame.f_back, base, handed_in=not entry[1].startswith(ANSWER_MODULES))
+            ):
                 reached.setdefault(entry[1])
 
     profiler = _OpProfiler() if ops and "torch" in sys.modules else None
@@ -142,9 +182,11 @@ def call_traced(exercise: str, call: Callable[[], Any]) -> tuple[Any, list[str]]
 def delegation_message(exercise: str, reached: list[str] | tuple[str, ...]) -> str:
     """Why the tests of ``exercise`` earn nothing: the one sentence the local check and the
     grader both give."""
-    return (f"{exercise} hands its work to {', '.join(reached)}, which implements this exercise; an "
-            "exercise earns points only for your own implementation (a given block or torch's "
-            "own implementation of it earns nothing here).")
+    return (
+        f"{exercise} hands its work to {', '.join(reached)}, which implements this exercise; an "
+        "exercise earns points only for your own implementation (a given block or torch's "
+        "own implementation of it earns nothing here)."
+    )
 
 
 _ENGINE = "autograd::engine::"
@@ -186,8 +228,9 @@ class _OpProfiler:
             return False
         from torch.autograd import ProfilerConfig, ProfilerState, _enable_profiler_legacy
 
-        config = ProfilerConfig(ProfilerState.CPU, False, False, False, False, False,
-                                torch._C._profiler._ExperimentalConfig())
+        config = ProfilerConfig(
+            ProfilerState.CPU, False, False, False, False, False, torch._C._profiler._ExperimentalConfig()
+        )
         _enable_profiler_legacy(config)
         return True
 

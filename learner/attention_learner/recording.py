@@ -44,8 +44,17 @@ class Recorder:
 #: the "exercise" of a record that ``check_close`` makes (a hand-worked example, no case)
 CLOSE_CHECK = "check_close"
 
-__all__ = ["CLOSE_CHECK", "CheckRecord", "Recorder", "drawn_seed", "grading_seed", "is_recording", "record",
-           "start_recording", "stop_recording"]
+__all__ = [
+    "CLOSE_CHECK",
+    "CheckRecord",
+    "Recorder",
+    "drawn_seed",
+    "grading_seed",
+    "is_recording",
+    "record",
+    "start_recording",
+    "stop_recording",
+]
 
 _recorder: Recorder | None = None
 

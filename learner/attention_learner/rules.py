@@ -25,96 +25,114 @@ END = "<!-- /rules -->"
 #: exercise -> what implements it (op_trace's FORBIDDEN_OPS and FORBIDDEN_OBJECTS, in words)
 DELEGATES: dict[str, str] = {
     "softmax": "torch's softmax or log-softmax in any spelling (`torch.softmax`, `F.softmax`, "
-               "`F.log_softmax`, `F.softmin`, `nn.Softmax`, `nn.LogSoftmax`) or SciPy's "
-               "(`scipy.special.softmax`, `scipy.special.log_softmax`)",
+    "`F.log_softmax`, `F.softmin`, `nn.Softmax`, `nn.LogSoftmax`) or SciPy's "
+    "(`scipy.special.softmax`, `scipy.special.log_softmax`)",
     "attend": "`given_attention`, `F.scaled_dot_product_attention` or `nn.MultiheadAttention` "
-              "(`multi_head_attention_forward`, `GivenMultiHeadAttention`)",
+    "(`multi_head_attention_forward`, `GivenMultiHeadAttention`)",
     "dot_product_attention": "`given_attention`, `F.scaled_dot_product_attention` or "
-                             "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
-                             "`GivenMultiHeadAttention`)",
+    "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
+    "`GivenMultiHeadAttention`)",
     "scaled_dot_product_attention": "`given_attention`, `F.scaled_dot_product_attention` or "
-                                    "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
-                                    "`GivenMultiHeadAttention`)",
+    "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
+    "`GivenMultiHeadAttention`)",
     "scaled_dot_product_attention_torch": "`given_attention`, `F.scaled_dot_product_attention` or "
-                                          "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
-                                          "`GivenMultiHeadAttention`)",
+    "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
+    "`GivenMultiHeadAttention`)",
     "softmax_jacobian": "autograd (`torch.autograd.functional.jacobian`, `vjp`, `jvp`, "
-                        "`torch.autograd.grad`, `torch.autograd.backward`, `.backward()`, forward-mode "
-                        "duals) or `torch.func` (`jacrev`, `jacfwd`, `vjp`, `grad`, `vmap`)",
+    "`torch.autograd.grad`, `torch.autograd.backward`, `.backward()`, forward-mode "
+    "duals) or `torch.func` (`jacrev`, `jacfwd`, `vjp`, `grad`, `vmap`)",
     "MultiHeadAttention": "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
-                          "`GivenMultiHeadAttention`) or torch's `Transformer`, `TransformerEncoder`, "
-                          "`TransformerDecoder`, `TransformerEncoderLayer`, `TransformerDecoderLayer`",
+    "`GivenMultiHeadAttention`) or torch's `Transformer`, `TransformerEncoder`, "
+    "`TransformerDecoder`, `TransformerEncoderLayer`, `TransformerDecoderLayer`",
     "causal_mask": "`nn.Transformer.generate_square_subsequent_mask`",
     "EncoderLayer": "`GivenEncoderLayer`, `nn.MultiheadAttention` (`multi_head_attention_forward`) or "
-                    "torch's `Transformer`, `TransformerEncoder`, `TransformerDecoder`, "
-                    "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
+    "torch's `Transformer`, `TransformerEncoder`, `TransformerDecoder`, "
+    "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
     "DecoderLayer": "`GivenDecoderLayer`, `nn.MultiheadAttention` (`multi_head_attention_forward`) or "
-                    "torch's `Transformer`, `TransformerEncoder`, `TransformerDecoder`, "
-                    "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
+    "torch's `Transformer`, `TransformerEncoder`, `TransformerDecoder`, "
+    "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
     "online_softmax_attention": "`given_attention`, `F.scaled_dot_product_attention`, "
-                                "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
-                                "`GivenMultiHeadAttention`) or torch's `Transformer`, "
-                                "`TransformerEncoder`, `TransformerDecoder`, "
-                                "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
+    "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
+    "`GivenMultiHeadAttention`) or torch's `Transformer`, "
+    "`TransformerEncoder`, `TransformerDecoder`, "
+    "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
     "CachedSelfAttention": "`nn.MultiheadAttention` (`multi_head_attention_forward`, "
-                           "`GivenMultiHeadAttention`) or torch's `Transformer`, `TransformerEncoder`, "
-                           "`TransformerDecoder`, `TransformerEncoderLayer`, `TransformerDecoderLayer` "
-                           "(`F.scaled_dot_product_attention` is allowed here: the cache is the exercise)",
+    "`GivenMultiHeadAttention`) or torch's `Transformer`, `TransformerEncoder`, "
+    "`TransformerDecoder`, `TransformerEncoderLayer`, `TransformerDecoderLayer` "
+    "(`F.scaled_dot_product_attention` is allowed here: the cache is the exercise)",
     "positional_encoding": "`given_positional_encoding`",
     "translation_loss": "torch's cross-entropy or negative log-likelihood (`F.cross_entropy`, "
-                        "`CrossEntropyLoss`, `F.nll_loss`, `NLLLoss`)",
+    "`CrossEntropyLoss`, `F.nll_loss`, `NLLLoss`)",
     "TinyTranslator": "torch's `Transformer`, `TransformerEncoder`, `TransformerDecoder`, "
-                      "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
+    "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
     "greedy_decode_cached": "torch's `Transformer`, `TransformerEncoder`, `TransformerDecoder`, "
-                            "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
+    "`TransformerEncoderLayer`, `TransformerDecoderLayer`",
     # chapter 9 (its tables in op_trace landed with the chapter)
     "gqa_attention": "`given_attention`, `F.scaled_dot_product_attention` (its `enable_gqa` too) or "
-                     "`nn.MultiheadAttention` (`multi_head_attention_forward`, `GivenMultiHeadAttention`)",
+    "`nn.MultiheadAttention` (`multi_head_attention_forward`, `GivenMultiHeadAttention`)",
     "FlashAttention": "`given_attention`, `F.scaled_dot_product_attention`, `nn.MultiheadAttention` "
-                      "(`multi_head_attention_forward`, `GivenMultiHeadAttention`), or autograd for the "
-                      "backward pass (`torch.autograd.grad`, `torch.autograd.backward`, "
-                      "`torch.autograd.functional.vjp`, `torch.func.vjp`, `torch.func.grad`, or autograd's "
-                      "engine through the operators of plain attention)",
+    "(`multi_head_attention_forward`, `GivenMultiHeadAttention`), or autograd for the "
+    "backward pass (`torch.autograd.grad`, `torch.autograd.backward`, "
+    "`torch.autograd.functional.vjp`, `torch.func.vjp`, `torch.func.grad`, or autograd's "
+    "engine through the operators of plain attention)",
 }
 
 #: exercise -> its rules that are not delegation: (kind, the sentence the notebook prints)
 OTHER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
     "dot_product_attention": (
-        ("loops", "No Python loop over the queries: a function that takes the rows of `Q` one at a "
-                  "time earns 0 on its tests (one matrix product serves every query)."),
+        (
+            "loops",
+            "No Python loop over the queries: a function that takes the rows of `Q` one at a "
+            "time earns 0 on its tests (one matrix product serves every query).",
+        ),
     ),
     "online_softmax_attention": (
-        ("memory", "Never build the whole `(n_q, n_k)` score matrix, whatever you compute with: the "
-                   "memory test earns 0 when the function allocates a quarter of that matrix or more "
-                   "(`tracemalloc` here; a hard memory limit when graded)."),
+        (
+            "memory",
+            "Never build the whole `(n_q, n_k)` score matrix, whatever you compute with: the "
+            "memory test earns 0 when the function allocates a quarter of that matrix or more "
+            "(`tracemalloc` here; a hard memory limit when graded).",
+        ),
     ),
     "greedy_decode": (
-        ("counted", "Encode at most once: a `greedy_decode` that calls `model.encode` more than once "
-                    "earns 0 on its tests (with `max_len = 0`, encoding once or not at all are both "
-                    "right)."),
-        ("counted", "Decode the whole batch together: a `greedy_decode` that gives `model.decode` "
-                    "fewer sentences than the batch (a loop over sentences) earns 0 on its tests "
-                    "(a batch of one is whole)."),
-        ("dtype", "Return an int64 `torch.Tensor`: a list, a NumPy array or a tensor of another "
-                  "dtype earns 0 on its tests."),
+        (
+            "counted",
+            "Encode at most once: a `greedy_decode` that calls `model.encode` more than once "
+            "earns 0 on its tests (with `max_len = 0`, encoding once or not at all are both "
+            "right).",
+        ),
+        (
+            "counted",
+            "Decode the whole batch together: a `greedy_decode` that gives `model.decode` "
+            "fewer sentences than the batch (a loop over sentences) earns 0 on its tests "
+            "(a batch of one is whole).",
+        ),
+        (
+            "dtype",
+            "Return an int64 `torch.Tensor`: a list, a NumPy array or a tensor of another "
+            "dtype earns 0 on its tests.",
+        ),
     ),
     # chapter 9
     "FlashAttention": (
-        ("memory", "Never hold the whole `(n_q, n_k)` score or weight matrix, forward or backward: the "
-                   "memory test earns 0 when its graded case goes over the memory limit that such a "
-                   "matrix does not fit in."),
+        (
+            "memory",
+            "Never hold the whole `(n_q, n_k)` score or weight matrix, forward or backward: the "
+            "memory test earns 0 when its graded case goes over the memory limit that such a "
+            "matrix does not fit in.",
+        ),
     ),
 }
 
 #: the NumPy conventions (:mod:`attention_learner.conventions`), for the exercises that keep them
 CONVENTIONS: tuple[tuple[str, str], ...] = (
     ("dtype", "Return float64 whatever the inputs' dtype: a float32 result earns 0 on its tests."),
-    ("inputs", "Leave every input array unchanged: a function that writes into one earns 0 on its "
-               "tests."),
+    ("inputs", "Leave every input array unchanged: a function that writes into one earns 0 on its tests."),
 )
 
-ANSWER_RULE = ("a function of `attention_learner.cases` (the checks' own code, some of which computes "
-               "an answer)")
+ANSWER_RULE = (
+    "a function of `attention_learner.cases` (the checks' own code, some of which computes an answer)"
+)
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,10 @@ def delegation_sentence(exercise: str) -> str:
     """What ``exercise`` may not hand its work to, as one sentence."""
     named = DELEGATES.get(exercise)
     reach = f"{named}, or {ANSWER_RULE}" if named else ANSWER_RULE
-    return (f"Your own implementation only: a `{exercise}` that calls {reach} earns 0 on its tests, "
-            "however it is spelled (`attention-check` and the test cells say so before you hand in).")
+    return (
+        f"Your own implementation only: a `{exercise}` that calls {reach} earns 0 on its tests, "
+        "however it is spelled (`attention-check` and the test cells say so before you hand in)."
+    )
 
 
 def rules_of(exercise: str, numpy_conventions: bool) -> list[Rule]:

@@ -199,28 +199,35 @@ def merge_heads(X):
     Bug(
         exercise="MultiHeadAttention",
         name="bias_argument_ignored",
-        code=_mha("""
+        code=_mha(
+            """
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.W_q(query), self.num_heads)
         k = split_heads(self.W_k(key), self.num_heads)
         v = split_heads(self.W_v(value), self.num_heads)
         heads, weights = scaled_dot_product_attention_torch(q, k, v, mask)
         return self.W_o(merge_heads(heads)), weights
-""", init=_MHA_INIT.replace("bias=bias", "bias=True")),
+""",
+            init=_MHA_INIT.replace("bias=bias", "bias=True"),
+        ),
         expect="the number of bias vectors among W_q, W_k, W_v, W_o",
     ),
     Bug(
         exercise="MultiHeadAttention",
         name="bias_only_on_input_projections",
-        code=_mha("""
+        code=_mha(
+            """
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.W_q(query), self.num_heads)
         k = split_heads(self.W_k(key), self.num_heads)
         v = split_heads(self.W_v(value), self.num_heads)
         heads, weights = scaled_dot_product_attention_torch(q, k, v, mask)
         return self.W_o(merge_heads(heads)), weights
-""", init=_MHA_INIT.replace("self.W_o = nn.Linear(d_model, d_model, bias=bias)",
-                            "self.W_o = nn.Linear(d_model, d_model)")),
+""",
+            init=_MHA_INIT.replace(
+                "self.W_o = nn.Linear(d_model, d_model, bias=bias)", "self.W_o = nn.Linear(d_model, d_model)"
+            ),
+        ),
         expect="bias=False must build",
     ),
     Bug(

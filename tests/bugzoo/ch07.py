@@ -4,7 +4,7 @@ from tests.bugzoo import Bug
 
 ASSIGNMENT = "07_attention_at_scale"
 
-_ONLINE_TEMPLATE = '''
+_ONLINE_TEMPLATE = """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     n_q, d_k = Q.shape[-2:]
     n_k, d_v = V.shape[-2:]
@@ -27,7 +27,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
         acc = {acc}
         m = m_new
     return {result}
-'''
+"""
 
 _RIGHT = {
     "stop_range": "0, n_k, block_size",
@@ -77,7 +77,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     return acc
 """
 
-_KV_TEMPLATE = '''
+_KV_TEMPLATE = """
 class KVCache:
     def __init__(self):
         self.k = None
@@ -93,15 +93,16 @@ class KVCache:
             self.k = {join_k}
             self.v = {join_v}
         return self.k, self.v
-'''
+"""
 
 
 def _cache(join: str) -> str:
-    return _KV_TEMPLATE.format(join_k=join.format(old="self.k", new="k_new"),
-                               join_v=join.format(old="self.v", new="v_new"))
+    return _KV_TEMPLATE.format(
+        join_k=join.format(old="self.k", new="k_new"), join_v=join.format(old="self.v", new="v_new")
+    )
 
 
-_CACHED_TEMPLATE = '''
+_CACHED_TEMPLATE = """
 class CachedSelfAttention(nn.Module):
     def __init__(self, d_model, num_heads):
         super().__init__()
@@ -129,7 +130,7 @@ class CachedSelfAttention(nn.Module):
         mask = {mask}
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.W_o(out.transpose(1, 2).reshape(B, t_new, d_model))
-'''
+"""
 
 _CACHED_RIGHT = {
     "attend_to": "self.cache.append(heads(self.W_k(x_new)), heads(self.W_v(x_new)))",
@@ -150,20 +151,47 @@ _REORDER = """self.cache.append(heads(self.W_k(x_new)), heads(self.W_v(x_new)))
 
 BUGS = [
     # ---------------------------------------------------------------- online softmax
-    Bug("online_softmax_attention", "no-accumulator-rescale", _online(acc="acc + p @ V[..., start:stop, :]"),
-        expect="the accumulator was not rescaled"),
-    Bug("online_softmax_attention", "no-sum-rescale", _online(total="total + p.sum(axis=-1, keepdims=True)"),
-        expect="the running sum was not rescaled"),
-    Bug("online_softmax_attention", "block-max", _online(m_new="s.max(axis=-1, keepdims=True)"),
-        expect="shifted by its own max"),
-    Bug("online_softmax_attention", "drops-last-partial-block",
-        _online(stop_range="0, n_k - block_size + 1, block_size"), expect="dropped the last, partial block"),
+    Bug(
+        "online_softmax_attention",
+        "no-accumulator-rescale",
+        _online(acc="acc + p @ V[..., start:stop, :]"),
+        expect="the accumulator was not rescaled",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "no-sum-rescale",
+        _online(total="total + p.sum(axis=-1, keepdims=True)"),
+        expect="the running sum was not rescaled",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "block-max",
+        _online(m_new="s.max(axis=-1, keepdims=True)"),
+        expect="shifted by its own max",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "drops-last-partial-block",
+        _online(stop_range="0, n_k - block_size + 1, block_size"),
+        expect="dropped the last, partial block",
+    ),
     Bug("online_softmax_attention", "no-scaling", _online(scale=""), expect="not divided by sqrt(d_k)"),
-    Bug("online_softmax_attention", "nan-on-fully-masked-rows", _online(result="acc / total"),
-        expect="all masked must get an all-zero output"),
-    Bug("online_softmax_attention", "no-max-at-all", _online(m_new="np.zeros_like(m)"),
-        expect="no max subtracted"),
-    Bug("online_softmax_attention", "whole-score-matrix", '''
+    Bug(
+        "online_softmax_attention",
+        "nan-on-fully-masked-rows",
+        _online(result="acc / total"),
+        expect="all masked must get an all-zero output",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "no-max-at-all",
+        _online(m_new="np.zeros_like(m)"),
+        expect="no max subtracted",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "whole-score-matrix",
+        """
 def online_softmax_attention(Q, K, V, block_size, mask=None):
     s = Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])
     if mask is not None:
@@ -172,27 +200,49 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     total = p.sum(axis=-1, keepdims=True)
     return np.divide(p @ V, total, out=np.zeros(p.shape[:-1] + V.shape[-1:]), where=total > 0)
-''', expect="quarter of the"),
+""",
+        expect="quarter of the",
+    ),
     # named by the judging half's classic bugs too (grader.exercises.ch07.ONLINE_BUGS)
-    Bug("online_softmax_attention", "never-rescaled",
+    Bug(
+        "online_softmax_attention",
+        "never-rescaled",
         _online(total="total + p.sum(axis=-1, keepdims=True)", acc="acc + p @ V[..., start:stop, :]"),
-        expect="a rescale forgotten altogether"),
-    Bug("online_softmax_attention", "rescaled-upwards", _online().replace("m - shift, 0.0", "shift - m, 0.0"),
-        expect="a correction the wrong way round"),
-    Bug("online_softmax_attention", "returns-inside-the-loop",
+        expect="a rescale forgotten altogether",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "rescaled-upwards",
+        _online().replace("m - shift, 0.0", "shift - m, 0.0"),
+        expect="a correction the wrong way round",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "returns-inside-the-loop",
         _online().replace("        m = m_new\n", f"        m = m_new\n        return {_RIGHT['result']}\n"),
-        expect="only the first block of keys counts"),
-    Bug("online_softmax_attention", "overwrites-the-sums",
+        expect="only the first block of keys counts",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "overwrites-the-sums",
         _online(total="p.sum(axis=-1, keepdims=True)", acc="p @ V[..., start:stop, :]"),
-        expect="only the last block of keys counts"),
-    Bug("online_softmax_attention", "unguarded-hidden-block", BLOCK_MERGE.replace("{GUARD}", ""),
-        expect="sees no key in some block after seeing one"),
+        expect="only the last block of keys counts",
+    ),
+    Bug(
+        "online_softmax_attention",
+        "unguarded-hidden-block",
+        BLOCK_MERGE.replace("{GUARD}", ""),
+        expect="sees no key in some block after seeing one",
+    ),
     # ---------------------------------------------------------------- KV cache
     Bug("KVCache", "prepends", _cache("torch.cat([{new}, {old}], dim=-2)"), expect="the cache prepends"),
     Bug("KVCache", "head-axis", _cache("torch.cat([{old}, {new}], dim=1)"), expect=WRONG_AXIS),
     Bug("KVCache", "feature-axis", _cache("torch.cat([{old}, {new}], dim=-1)"), expect=WRONG_AXIS),
     Bug("KVCache", "keeps-only-newest", _cache("{new}"), expect="keeps only the newest chunk"),
-    Bug("KVCache", "no-len", '''
+    Bug(
+        "KVCache",
+        "no-len",
+        """
 class KVCache:
     def __init__(self):
         self.k = None
@@ -202,25 +252,46 @@ class KVCache:
         self.k = k_new if self.k is None else torch.cat([self.k, k_new], dim=-2)
         self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=-2)
         return self.k, self.v
-''', expect="should define __len__"),
+""",
+        expect="should define __len__",
+    ),
     # named by the judging half's classic bugs too (grader.exercises.ch07.CACHE_BUGS)
-    Bug("KVCache", "not-stored", _KV_TEMPLATE.replace(
-        "            self.k = {join_k}\n            self.v = {join_v}\n",
-        "            return torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)\n"),
-        expect="the cache was not updated"),
-    Bug("KVCache", "first-chunk-twice", _KV_TEMPLATE.replace("        else:\n", "").replace(
-        "            self.k = {join_k}\n            self.v = {join_v}\n",
-        "        self.k = torch.cat([self.k, k_new], dim=-2)\n"
-        "        self.v = torch.cat([self.v, v_new], dim=-2)\n"),
-        expect="the first chunk is in it twice"),
+    Bug(
+        "KVCache",
+        "not-stored",
+        _KV_TEMPLATE.replace(
+            "            self.k = {join_k}\n            self.v = {join_v}\n",
+            "            return torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)\n",
+        ),
+        expect="the cache was not updated",
+    ),
+    Bug(
+        "KVCache",
+        "first-chunk-twice",
+        _KV_TEMPLATE.replace("        else:\n", "").replace(
+            "            self.k = {join_k}\n            self.v = {join_v}\n",
+            "        self.k = torch.cat([self.k, k_new], dim=-2)\n"
+            "        self.v = torch.cat([self.v, v_new], dim=-2)\n",
+        ),
+        expect="the first chunk is in it twice",
+    ),
     # ---------------------------------------------------------------- cached self-attention
-    Bug("CachedSelfAttention", "no-causal-limit-in-chunk", _cached(mask="None"),
-        expect="no causal limit within the chunk"),
-    Bug("CachedSelfAttention", "caches-queries",
+    Bug(
+        "CachedSelfAttention",
+        "no-causal-limit-in-chunk",
+        _cached(mask="None"),
+        expect="no causal limit within the chunk",
+    ),
+    Bug(
+        "CachedSelfAttention",
+        "caches-queries",
         _cached(attend_to="self.cache.append(q, heads(self.W_v(x_new)))"),
-        expect="stores the projected queries"),
+        expect="stores the projected queries",
+    ),
     Bug("CachedSelfAttention", "prepends", _cached(attend_to=_REORDER), expect="the cache prepends"),
-    Bug("CachedSelfAttention", "loop-over-heads-skips-head-0",
+    Bug(
+        "CachedSelfAttention",
+        "loop-over-heads-skips-head-0",
         _cached().replace(
             "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n",
             "        out = torch.zeros_like(q)\n"
@@ -228,29 +299,58 @@ class KVCache:
             "            out[:, i] = F.scaled_dot_product_attention(\n"
             "                q[:, i], k[:, i], v[:, i], attn_mask=mask)\n",
         ),
-        expect="head 0 of that chunk is wrong and heads 1-2 right"),
-    Bug("CachedSelfAttention", "ignores-the-cache",
-        _cached(attend_to="heads(self.W_k(x_new)), heads(self.W_v(x_new))",
-                mask="positions[None, :] <= positions[:, None]"),
-        expect="the cached keys and values of earlier chunks were not used"),
-    Bug("CachedSelfAttention", "mask-off-by-the-cache-length",
-        _cached(mask="positions[None, :] <= positions[:t_new, None]"), expect="positions restart at 0"),
+        expect="head 0 of that chunk is wrong and heads 1-2 right",
+    ),
+    Bug(
+        "CachedSelfAttention",
+        "ignores-the-cache",
+        _cached(
+            attend_to="heads(self.W_k(x_new)), heads(self.W_v(x_new))",
+            mask="positions[None, :] <= positions[:, None]",
+        ),
+        expect="the cached keys and values of earlier chunks were not used",
+    ),
+    Bug(
+        "CachedSelfAttention",
+        "mask-off-by-the-cache-length",
+        _cached(mask="positions[None, :] <= positions[:t_new, None]"),
+        expect="positions restart at 0",
+    ),
     # named by the judging half's classic bugs too (grader.exercises.ch07.CACHED_BUGS)
-    Bug("CachedSelfAttention", "keys-and-values-swapped",
+    Bug(
+        "CachedSelfAttention",
+        "keys-and-values-swapped",
         _cached(attend_to="self.cache.append(heads(self.W_v(x_new)), heads(self.W_k(x_new)))"),
-        expect="the keys and values are swapped"),
-    Bug("CachedSelfAttention", "no-output-projection",
-        _cached().replace("return self.W_o(out.transpose(1, 2).reshape(B, t_new, d_model))",
-                          "return out.transpose(1, 2).reshape(B, t_new, d_model)"),
-        expect="the output projection W_o is missing"),
-    Bug("CachedSelfAttention", "merge-without-transpose",
+        expect="the keys and values are swapped",
+    ),
+    Bug(
+        "CachedSelfAttention",
+        "no-output-projection",
+        _cached().replace(
+            "return self.W_o(out.transpose(1, 2).reshape(B, t_new, d_model))",
+            "return out.transpose(1, 2).reshape(B, t_new, d_model)",
+        ),
+        expect="the output projection W_o is missing",
+    ),
+    Bug(
+        "CachedSelfAttention",
+        "merge-without-transpose",
         _cached().replace("out.transpose(1, 2).reshape", "out.reshape"),
-        expect="merged without the transpose"),
-    Bug("CachedSelfAttention", "scaled-by-sqrt-d_model",
+        expect="merged without the transpose",
+    ),
+    Bug(
+        "CachedSelfAttention",
+        "scaled-by-sqrt-d_model",
         _cached().replace("attn_mask=mask)", "attn_mask=mask, scale=1 / math.sqrt(d_model))"),
-        expect="divided by sqrt(d_model)"),
-    Bug("CachedSelfAttention", "appends-twice",
-        _cached(attend_to=_APPEND + "\n        k, v = " + _APPEND,
-                mask="positions[None, :] <= positions[-t_new:, None]"),
-        expect="appended to the cache twice"),
+        expect="divided by sqrt(d_model)",
+    ),
+    Bug(
+        "CachedSelfAttention",
+        "appends-twice",
+        _cached(
+            attend_to=_APPEND + "\n        k, v = " + _APPEND,
+            mask="positions[None, :] <= positions[-t_new:, None]",
+        ),
+        expect="appended to the cache twice",
+    ),
 ]

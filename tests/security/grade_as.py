@@ -22,8 +22,22 @@ def grade_class_as(identity: str, root: Path, timeout: int, run_timeout: int) ->
     """Run autograde on root/submitted -> root/out (source root/source) as ``identity``
     ("root" or "user"), each notebook limited to ``timeout`` seconds, the run to ``run_timeout``."""
     submitted, out, source = root / "submitted", root / "out", root / "source"
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--source", str(source), "--timeout", str(timeout), "--workers", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--source",
+        str(source),
+        "--timeout",
+        str(timeout),
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     env = dict(os.environ)
     if identity == "user" and os.getuid() == 0:
         _open_path_to_python()

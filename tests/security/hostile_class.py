@@ -29,16 +29,18 @@ NOBODY = 65534
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 MARKER = "PWNED"
 FILE_MARKER = "pwned_by_student"
-DOT = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+DOT = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
 def payload(tag: str) -> str:
     """JavaScript without double quotes or angle brackets (it sits in attributes and URLs)."""
-    return (f"document.title='{MARKER}-{tag}';window.pwned='{tag}';"
-            "var x=(document.cookie.match(/_xsrf=([^;]+)/)||[])[1];"
-            f"fetch('/api/contents/{FILE_MARKER}_{tag}.txt',{{method:'PUT',headers:{{'X-XSRFToken':x}},"
-            "body:JSON.stringify({type:'file',format:'text',content:'x'})});"
-            "fetch('/api/terminals',{method:'POST',headers:{'X-XSRFToken':x}});")
+    return (
+        f"document.title='{MARKER}-{tag}';window.pwned='{tag}';"
+        "var x=(document.cookie.match(/_xsrf=([^;]+)/)||[])[1];"
+        f"fetch('/api/contents/{FILE_MARKER}_{tag}.txt',{{method:'PUT',headers:{{'X-XSRFToken':x}},"
+        "body:JSON.stringify({type:'file',format:'text',content:'x'})});"
+        "fetch('/api/terminals',{method:'POST',headers:{'X-XSRFToken':x}});"
+    )
 
 
 def hostile_markdown() -> list[str]:
@@ -49,7 +51,7 @@ def hostile_markdown() -> list[str]:
         f"[a plain link](javascript:document.title='{MARKER}-plain';window.pwned='plain')",
         f'<svg xmlns="http://www.w3.org/2000/svg" onload="{payload("svg")}"><circle r="5"/></svg>',
         f'<iframe srcdoc="<script>{payload("iframe")}</script>"></iframe>',
-        f"<details open ontoggle=\"{payload('details')}\"><summary>more</summary></details>",
+        f'<details open ontoggle="{payload("details")}"><summary>more</summary></details>',
     ]
 
 
@@ -60,16 +62,18 @@ def hostile_display_code() -> str:
     bold = {"text/html": f'<b onmouseover="{js}">bold</b>', "text/plain": "bold"}
     dot = {"image/png": DOT, "text/plain": "a dot"}
     size = {"image/png": {"width": f"1 onerror={js}"}}
-    return "\n".join([
-        "from IPython.display import HTML, Javascript, SVG, Markdown, display",
-        f"display(HTML({html!r}))",
-        f"display(Javascript({js!r}))",
-        f"display(SVG({svg!r}))",
-        f"display(Markdown({html!r}))",
-        f"display({bold!r}, raw=True)",
-        f"display({dot!r}, raw=True, metadata={size!r})",
-        "print('displayed')",
-    ])
+    return "\n".join(
+        [
+            "from IPython.display import HTML, Javascript, SVG, Markdown, display",
+            f"display(HTML({html!r}))",
+            f"display(Javascript({js!r}))",
+            f"display(SVG({svg!r}))",
+            f"display(Markdown({html!r}))",
+            f"display({bold!r}, raw=True)",
+            f"display({dot!r}, raw=True, metadata={size!r})",
+            "print('displayed')",
+        ]
+    )
 
 
 def hostile_notebook() -> nbformat.NotebookNode:
@@ -96,14 +100,30 @@ def build(root: Path) -> tuple[Path, Path]:
     return source, submitted
 
 
-def grade(root: Path, identity: str, *extra: str,
-          umask: int = 0o022) -> tuple[subprocess.CompletedProcess, Path]:
+def grade(
+    root: Path, identity: str, *extra: str, umask: int = 0o022
+) -> tuple[subprocess.CompletedProcess, Path]:
     """Grade root/submitted into root/out as ``identity`` under ``umask``; OUT is made
     beforehand (0755, as a user's mkdir under umask 022 makes it), so the run must tighten
     what it finds."""
     source, submitted, out = root / "source", root / "submitted", root / "out"
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--source", str(source), "--timeout", "90", "--workers", "2", "--quiet", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--source",
+        str(source),
+        "--timeout",
+        "90",
+        "--workers",
+        "2",
+        "--quiet",
+        *extra,
+    ]
     env = dict(os.environ)
     if not out.exists():
         out.mkdir()
@@ -111,7 +131,7 @@ def grade(root: Path, identity: str, *extra: str,
     if identity == "user" and os.getuid() == 0:
         _chown_tree(root, NOBODY)
         env["HOME"] = str(root)
-    command = [*as_identity(identity), "sh", "-c", f"umask {umask:03o} && exec \"$0\" \"$@\"", *command]
+    command = [*as_identity(identity), "sh", "-c", f'umask {umask:03o} && exec "$0" "$@"', *command]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=root)
     return run, out
 

@@ -43,17 +43,33 @@ def main() -> None:
                 limits = Limits(**{k: v for k, v in job.get("limits", {}).items() if k in known})
                 finished = server.run(ChildJob(f"j{k}", str(folder), limits, record=False))
                 report = read_report(folder / "report")
-                results.append({
-                    "exitcode": finished.exitcode, "timed_out": finished.timed_out,
-                    "stdout": ["".join(o.get("text", "") for o in line.outputs
-                                       if o.get("output_type") == "stream" and o.get("name") == "stdout")
-                               for _, line in sorted(report.items())],
-                    "errors": [f"{o.get('ename')}: {o.get('evalue')}" for _, line in sorted(report.items())
-                               for o in line.outputs if o.get("output_type") == "error"],
-                    "log": (folder / "log").read_text(errors="replace")[-3000:],
-                })
-            answer = {"isolation": str(isolation), "cgroup": getattr(server, "cgroup", "none"),
-                      "server_pid": server.process.pid, "jobs": results}
+                results.append(
+                    {
+                        "exitcode": finished.exitcode,
+                        "timed_out": finished.timed_out,
+                        "stdout": [
+                            "".join(
+                                o.get("text", "")
+                                for o in line.outputs
+                                if o.get("output_type") == "stream" and o.get("name") == "stdout"
+                            )
+                            for _, line in sorted(report.items())
+                        ],
+                        "errors": [
+                            f"{o.get('ename')}: {o.get('evalue')}"
+                            for _, line in sorted(report.items())
+                            for o in line.outputs
+                            if o.get("output_type") == "error"
+                        ],
+                        "log": (folder / "log").read_text(errors="replace")[-3000:],
+                    }
+                )
+            answer = {
+                "isolation": str(isolation),
+                "cgroup": getattr(server, "cgroup", "none"),
+                "server_pid": server.process.pid,
+                "jobs": results,
+            }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(answer))

@@ -30,8 +30,12 @@ from grader.paths import SOLUTIONS
 from tests import interpreter_access
 from tests.notebook_runner import learner_notebook, solved_notebook, with_cell
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
 A = "03_scaled_dot_product"
 FULL = 10.0
@@ -47,9 +51,7 @@ def _probe(body: str) -> str:
     """A solution cell that runs ``body`` (which appends to ``leaks``), then defines the answer."""
     return (
         "import os, sys, glob, json, signal, socket, resource, subprocess\n"
-        "leaks = []\n"
-        + textwrap.dedent(body)
-        + "\nif leaks:\n"
+        "leaks = []\n" + textwrap.dedent(body) + "\nif leaks:\n"
         "    def softmax_jacobian(p, _leaks=tuple(leaks)):\n"
         "        raise RuntimeError('ATTACK WORKED: ' + '; '.join(_leaks))\n"
         "else:\n"
@@ -59,12 +61,21 @@ def _probe(body: str) -> str:
 
 def _confinement_attacks(paths: dict[str, str], port: int) -> dict[str, str]:
     """Attacks on what the child can see and reach: secrets, files to write, the network."""
-    readable = json.dumps([paths[k] for k in ("solutions", "source", "out", "victim_notebook",
-                                               "grader", "submitted")])
-    writable = json.dumps([paths["out"] + "/grades.csv", paths["out"] + "/gradebook.db",
-                           paths["victim_results"], paths["source"] + "/" + A + "/" + A + ".ipynb",
-                           paths["grader"] + "/checks.py", os.path.dirname(np_file()) + "/__init__.py",
-                           "/etc/passwd", "/usr/lib/evil"])
+    readable = json.dumps(
+        [paths[k] for k in ("solutions", "source", "out", "victim_notebook", "grader", "submitted")]
+    )
+    writable = json.dumps(
+        [
+            paths["out"] + "/grades.csv",
+            paths["out"] + "/gradebook.db",
+            paths["victim_results"],
+            paths["source"] + "/" + A + "/" + A + ".ipynb",
+            paths["grader"] + "/checks.py",
+            os.path.dirname(np_file()) + "/__init__.py",
+            "/etc/passwd",
+            "/usr/lib/evil",
+        ]
+    )
     return {
         "read_secrets": _probe(f"""
             for path in {readable}:
@@ -162,7 +173,7 @@ def _resource_attacks() -> dict[str, str]:
     return {
         "stall_stop": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n" + JACOBIAN,
         "stall_sleep": "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                       "time.sleep(10**6)\n" + JACOBIAN,
+        "time.sleep(10**6)\n" + JACOBIAN,
         "fill_disk": _probe("""
             written = 0
             for folder in ('.', '/tmp', '/dev/shm'):
@@ -227,7 +238,7 @@ STUB_ATTACKS = {
         "        {'exercise': 'softmax_jacobian', 'seed': s, 'params': {}, 'error': '',\n"
         "         'arrays': {'jacobian': fake, 'output': huge}} for s in range(40)]}\n"
         "    os.write(3, (json.dumps(line) + '\\n').encode())\n"
-        "    os.write(1, b'{\"event\": \"exited\", \"id\": \"j1\", \"code\": 0, \"timed_out\": false}\\n')\n"
+        '    os.write(1, b\'{"event": "exited", "id": "j1", "code": 0, "timed_out": false}\\n\')\n'
         "def softmax_jacobian(p):\n"
         "    raise NotImplementedError\n"
     ),
@@ -270,11 +281,18 @@ def _write_folder_attacks(submitted: Path, solved: nbformat.NotebookNode) -> Non
     (submitted / "linker" / A).mkdir(parents=True)
     os.symlink(submitted / "correct" / A / f"{A}.ipynb", submitted / "linker" / A / f"{A}.ipynb")
     (submitted / "data_linker" / A).mkdir(parents=True)
-    nbformat.write(with_cell(solved, "softmax_jacobian", _probe("""
+    nbformat.write(
+        with_cell(
+            solved,
+            "softmax_jacobian",
+            _probe("""
         for name in ('secret_link', 'solutions_link'):
             if os.path.lexists(name):
                 leaks.append('found ' + name)
-    """)), submitted / "data_linker" / A / f"{A}.ipynb")
+    """),
+        ),
+        submitted / "data_linker" / A / f"{A}.ipynb",
+    )
     os.symlink("/etc/hostname", submitted / "data_linker" / A / "secret_link")
     os.symlink(str(SOLUTIONS), submitted / "data_linker" / A / "solutions_link")
     os.symlink(submitted / "correct", submitted / "alias")
@@ -296,22 +314,40 @@ def graded(request):
     listener.listen(16)
     port = listener.getsockname()[1]
     paths = {
-        "solutions": str(SOLUTIONS), "source": str(source), "out": str(out),
-        "submitted": str(submitted), "grader": str(Path(grader.__file__).parent),
+        "solutions": str(SOLUTIONS),
+        "source": str(source),
+        "out": str(out),
+        "submitted": str(submitted),
+        "grader": str(Path(grader.__file__).parent),
         "victim_notebook": str(submitted / "correct" / A / f"{A}.ipynb"),
         "victim_results": str(out / "correct" / A / "results.json"),
     }
     solved, stub = solved_notebook(A), learner_notebook(A)
     notebooks = {"correct": solved, "stub": stub}
-    notebooks.update({name: with_cell(solved, "softmax_jacobian", code)
-                      for name, code in _attacks(paths, port).items()})
+    notebooks.update(
+        {name: with_cell(solved, "softmax_jacobian", code) for name, code in _attacks(paths, port).items()}
+    )
     notebooks.update({name: with_cell(stub, "softmax_jacobian", code) for name, code in STUB_ATTACKS.items()})
     for student, nb in notebooks.items():
         (submitted / student / A).mkdir(parents=True)
         nbformat.write(nb, submitted / student / A / f"{A}.ipynb")
     _write_folder_attacks(submitted, solved)
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--source", str(source), "--timeout", "20", "--workers", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--source",
+        str(source),
+        "--timeout",
+        "20",
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     env = dict(os.environ, ATTENTION_INSTRUCTOR_TOKEN=SECRET)
     restore: list[tuple[Path, int]] = []
     if identity == "user" and os.getuid() == 0:
@@ -323,8 +359,7 @@ def graded(request):
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=root)
         ps = subprocess.run(["ps", "-eo", "pid,ppid,uid,args"], capture_output=True, text=True).stdout
-        yield {"identity": identity, "root": root, "out": out, "run": run, "ps": ps,
-               "submitted": submitted}
+        yield {"identity": identity, "root": root, "out": out, "run": run, "ps": ps, "submitted": submitted}
     finally:
         for folder, mode in restore:
             os.chmod(folder, mode)
@@ -347,8 +382,16 @@ def test_the_run_finishes_and_classmates_keep_their_scores(graded):
     assert result(graded, "correct")["isolation"] == "namespaces"
 
 
-ATTACKERS = ["read_secrets", "write_everywhere", "network", "privileges", "escapee", "hidden_tests",
-             "data_linker", "fill_disk"]
+ATTACKERS = [
+    "read_secrets",
+    "write_everywhere",
+    "network",
+    "privileges",
+    "escapee",
+    "hidden_tests",
+    "data_linker",
+    "fill_disk",
+]
 
 
 @pytest.mark.parametrize("student", ATTACKERS)

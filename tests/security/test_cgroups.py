@@ -18,14 +18,17 @@ from grader.autograde import cgroups as cgroup_tree
 pytestmark = [pytest.mark.security, pytest.mark.grading]
 
 MOUNTINFO_V2 = "30 25 0:26 / {point} rw,nosuid - cgroup2 cgroup2 rw\n"
-MOUNTINFO_V1 = ("31 25 0:27 / {point}/memory rw - cgroup cgroup rw,memory\n"
-                "32 25 0:28 /docker/abc {point}/pids rw - cgroup cgroup rw,pids\n")
+MOUNTINFO_V1 = (
+    "31 25 0:27 / {point}/memory rw - cgroup cgroup rw,memory\n"
+    "32 25 0:28 /docker/abc {point}/pids rw - cgroup cgroup rw,pids\n"
+)
 
 
 def test_v1_folders_follow_the_mount_root():
     """A hierarchy mounted from a sub-cgroup (a container's) maps /proc/self/cgroup paths."""
-    bases = cgroup_tree.discover_bases(MOUNTINFO_V1.format(point="/cg"),
-                                       "4:memory:/grading\n8:pids:/docker/abc/grading\n")
+    bases = cgroup_tree.discover_bases(
+        MOUNTINFO_V1.format(point="/cg"), "4:memory:/grading\n8:pids:/docker/abc/grading\n"
+    )
     assert bases == [Path("/cg/memory/grading"), Path("/cg/pids/grading")]
 
 
@@ -43,8 +46,12 @@ def test_v2_where_the_subtree_is_delegated(tmp_path):
     found.close()
     assert not run.exists()
     limits = dict(found._limits(3 * 2**30, 16))  # what job() writes into each job's folder
-    assert limits == {"memory.max": str(3 * 2**30), "memory.swap.max": "0",
-                      "memory.oom.group": "1", "pids.max": "16"}
+    assert limits == {
+        "memory.max": str(3 * 2**30),
+        "memory.swap.max": "0",
+        "memory.oom.group": "1",
+        "pids.max": "16",
+    }
 
 
 def test_v2_without_the_controllers_is_not_used(tmp_path):

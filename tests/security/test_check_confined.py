@@ -31,8 +31,12 @@ import grader
 from grader.paths import SOLUTIONS
 from tests.security.test_attacks import _open_path_to_python
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
 NOBODY = 65534
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
@@ -41,16 +45,27 @@ GRADER = Path(grader.__file__).resolve().parent
 
 
 def _meta(grade_id: str, solution: bool) -> dict:
-    return {"nbgrader": {"grade": not solution, "grade_id": grade_id, "locked": not solution,
-                         "schema_version": 3, "solution": solution, "task": False,
-                         **({} if solution else {"points": 1})}}
+    return {
+        "nbgrader": {
+            "grade": not solution,
+            "grade_id": grade_id,
+            "locked": not solution,
+            "schema_version": 3,
+            "solution": solution,
+            "task": False,
+            **({} if solution else {"points": 1}),
+        }
+    }
 
 
 def _notebook(solution: str) -> nbformat.NotebookNode:
-    return nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell(solution, metadata=_meta("answer", True)),
-        nbformat.v4.new_code_cell("assert answer() == 42", metadata=_meta("test_answer", False)),
-    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    return nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(solution, metadata=_meta("answer", True)),
+            nbformat.v4.new_code_cell("assert answer() == 42", metadata=_meta("test_answer", False)),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
 
 
 def _attack(targets: dict[str, str]) -> str:
@@ -89,8 +104,11 @@ def _attack(targets: dict[str, str]) -> str:
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(params=IDENTITIES)
@@ -108,12 +126,14 @@ def instructor(request):
     (submission / "data.txt").write_text("beside the notebook")
     tag = uuid.uuid4().hex[:12]
     targets = {
-        "results": str(out / "results.json"), "grades": str(root / "grading" / "grades.csv"),
+        "results": str(out / "results.json"),
+        "grades": str(root / "grading" / "grades.csv"),
         "gradebook": str(root / "grading" / "gradebook.db"),
         "in_grader": str(GRADER / f"planted_{tag}.py"),
         "beside_grader": str(GRADER.parent / f"planted_{tag}.txt"),
         "own_folder": str(submission / "planted.txt"),
-        "solutions": str(SOLUTIONS), "grader_checks": str(GRADER / "checks.py"),
+        "solutions": str(SOLUTIONS),
+        "grader_checks": str(GRADER / "checks.py"),
     }
     nbformat.write(_notebook(_attack(targets)), submission / f"{A}.ipynb")
     command = [sys.executable, "-m", "grader", "check", str(submission / f"{A}.ipynb")]
@@ -136,8 +156,14 @@ def instructor(request):
 
 def test_a_checked_notebook_changes_and_reads_nothing(instructor):
     before = _digest(instructor["root"])
-    run = subprocess.run(instructor["command"], capture_output=True, text=True, timeout=300,
-                         cwd=instructor["submission"], env=dict(os.environ, HOME=str(instructor["root"])))
+    run = subprocess.run(
+        instructor["command"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=instructor["submission"],
+        env=dict(os.environ, HOME=str(instructor["root"])),
+    )
     assert _digest(instructor["root"]) == before, "the notebook changed the instructor's files"
     for name in ("in_grader", "beside_grader", "own_folder"):
         assert not Path(instructor["targets"][name]).exists(), name
@@ -152,9 +178,14 @@ def test_unconfined_runs_ones_own_notebook_in_its_folder(identity):
     root = Path(tempfile.mkdtemp(prefix="attention-own-"))
     os.chmod(root, 0o755)
     (root / "data.txt").write_text("41")
-    nbformat.write(_notebook("with open('data.txt') as f:\n    value = int(f.read()) + 1\n"
-                             "with open('written.txt', 'w') as f:\n    f.write('mine')\n"
-                             "def answer():\n    return value\n"), root / f"{A}.ipynb")
+    nbformat.write(
+        _notebook(
+            "with open('data.txt') as f:\n    value = int(f.read()) + 1\n"
+            "with open('written.txt', 'w') as f:\n    f.write('mine')\n"
+            "def answer():\n    return value\n"
+        ),
+        root / f"{A}.ipynb",
+    )
     command = [sys.executable, "-m", "grader", "check", "--unconfined", str(root / f"{A}.ipynb")]
     restore = []
     if identity == "user" and os.getuid() == 0:
@@ -163,8 +194,14 @@ def test_unconfined_runs_ones_own_notebook_in_its_folder(identity):
             os.chown(path, NOBODY, NOBODY)
         command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=root,
-                             env=dict(os.environ, HOME=str(root)))
+        run = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=root,
+            env=dict(os.environ, HOME=str(root)),
+        )
         assert run.returncode == 0, run.stdout + run.stderr[-2000:]
         assert "PASS  test_answer" in run.stdout
         assert (root / "written.txt").read_text() == "mine"
@@ -181,11 +218,20 @@ def test_a_confined_check_gets_the_files_beside_the_notebook(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "more.txt").write_text("1")
     (tmp_path / "link.txt").symlink_to("/etc/hostname")
-    nbformat.write(_notebook("import os\n"
-                             "value = int(open('data.txt').read()) + int(open('sub/more.txt').read())\n"
-                             "assert not os.path.lexists('link.txt')\n"
-                             "def answer():\n    return value\n"), tmp_path / f"{A}.ipynb")
-    run = subprocess.run([sys.executable, "-m", "grader", "check", str(tmp_path / f"{A}.ipynb")],
-                         capture_output=True, text=True, timeout=300)
+    nbformat.write(
+        _notebook(
+            "import os\n"
+            "value = int(open('data.txt').read()) + int(open('sub/more.txt').read())\n"
+            "assert not os.path.lexists('link.txt')\n"
+            "def answer():\n    return value\n"
+        ),
+        tmp_path / f"{A}.ipynb",
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "grader", "check", str(tmp_path / f"{A}.ipynb")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     assert "PASS  test_answer" in run.stdout

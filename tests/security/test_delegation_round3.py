@@ -34,8 +34,12 @@ from grader.paths import SOLUTIONS
 from tests.notebook_runner import grade_id, solved_notebook, with_cell
 from tests.security.grade_as import grade_class_as
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
 CH02, CH03, CH06 = "02_queries_keys_values", "03_scaled_dot_product", "06_tiny_translator"
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
@@ -50,10 +54,14 @@ _WEIGHTS = """\
 
 
 def _sdpa_through(expression: str, header: str = "") -> str:
-    return (header + "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n" + _WEIGHTS
-            + f"    out = {expression}(Q, K, V, attn_mask=mask)\n"
-            "    out = out[0] if isinstance(out, tuple) else out\n"
-            "    return out.nan_to_num(0.0), weights\n")
+    return (
+        header
+        + "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
+        + _WEIGHTS
+        + f"    out = {expression}(Q, K, V, attn_mask=mask)\n"
+        "    out = out[0] if isinstance(out, tuple) else out\n"
+        "    return out.nan_to_num(0.0), weights\n"
+    )
 
 
 SOFTMAX_BY_TORCH = """\
@@ -101,27 +109,74 @@ def attackers() -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
     """student -> (assignment, {solution grade id: its cell}, {solution grade id: a cell added after it})."""
     return {
         "added_cell_ch02": (CH02, {}, {"softmax": SOFTMAX_BY_TORCH}),
-        "log_softmax_ch02": (CH02, {"softmax": (
-            "import torch\ndef softmax(z, axis=-1):\n"
-            "    z = torch.as_tensor(np.asarray(z, dtype=np.float64))\n"
-            "    return torch.log_softmax(z, axis).exp().numpy()\n")}, {}),
-        "softmin_ch02": (CH02, {"softmax": (
-            "import torch\nimport torch.nn.functional as F\ndef softmax(z, axis=-1):\n"
-            "    z = torch.as_tensor(np.asarray(z, dtype=np.float64))\n"
-            "    return F.softmin(-z, dim=axis).numpy()\n")}, {}),
-        "block_parameter_ch02": (CH02, {"attend": ATTEND_WITH_A_BLOCK},
-                                 {"attend": BLOCK_BOUND_IN_AN_ADDED_CELL}),
-        "torch_c_ch03": (CH03, {"scaled_dot_product_attention_torch": _sdpa_through(
-            "torch._C._nn.scaled_dot_product_attention")}, {}),
-        "torch_ops_ch03": (CH03, {"scaled_dot_product_attention_torch": _sdpa_through(
-            "torch.ops.aten._scaled_dot_product_attention_math")}, {}),
+        "log_softmax_ch02": (
+            CH02,
+            {
+                "softmax": (
+                    "import torch\ndef softmax(z, axis=-1):\n"
+                    "    z = torch.as_tensor(np.asarray(z, dtype=np.float64))\n"
+                    "    return torch.log_softmax(z, axis).exp().numpy()\n"
+                )
+            },
+            {},
+        ),
+        "softmin_ch02": (
+            CH02,
+            {
+                "softmax": (
+                    "import torch\nimport torch.nn.functional as F\ndef softmax(z, axis=-1):\n"
+                    "    z = torch.as_tensor(np.asarray(z, dtype=np.float64))\n"
+                    "    return F.softmin(-z, dim=axis).numpy()\n"
+                )
+            },
+            {},
+        ),
+        "block_parameter_ch02": (
+            CH02,
+            {"attend": ATTEND_WITH_A_BLOCK},
+            {"attend": BLOCK_BOUND_IN_AN_ADDED_CELL},
+        ),
+        "torch_c_ch03": (
+            CH03,
+            {
+                "scaled_dot_product_attention_torch": _sdpa_through(
+                    "torch._C._nn.scaled_dot_product_attention"
+                )
+            },
+            {},
+        ),
+        "torch_ops_ch03": (
+            CH03,
+            {
+                "scaled_dot_product_attention_torch": _sdpa_through(
+                    "torch.ops.aten._scaled_dot_product_attention_math"
+                )
+            },
+            {},
+        ),
         "backward_ch03": (CH03, {"softmax_jacobian": JACOBIAN_BY_BACKWARD}, {}),
-        "attrgetter_ch03": (CH03, {"scaled_dot_product_attention_torch": _sdpa_through(
-            "_sdpa", "import operator\n"
-            "_sdpa = operator.attrgetter('nn.functional.scaled_dot_product_attention')(torch)\n")}, {}),
-        "pickle_ch03": (CH03, {"scaled_dot_product_attention_torch": _sdpa_through(
-            "_sdpa", "import pickle\n"
-            "_sdpa = pickle.loads(b'ctorch.nn.functional\\nscaled_dot_product_attention\\n.')\n")}, {}),
+        "attrgetter_ch03": (
+            CH03,
+            {
+                "scaled_dot_product_attention_torch": _sdpa_through(
+                    "_sdpa",
+                    "import operator\n"
+                    "_sdpa = operator.attrgetter('nn.functional.scaled_dot_product_attention')(torch)\n",
+                )
+            },
+            {},
+        ),
+        "pickle_ch03": (
+            CH03,
+            {
+                "scaled_dot_product_attention_torch": _sdpa_through(
+                    "_sdpa",
+                    "import pickle\n"
+                    "_sdpa = pickle.loads(b'ctorch.nn.functional\\nscaled_dot_product_attention\\n.')\n",
+                )
+            },
+            {},
+        ),
         "hint_model_ch06": (CH06, {"positional_encoding": HINT_MODEL}, {}),
     }
 

@@ -84,8 +84,12 @@ def test_a_job_sees_nothing_of_the_exchange_and_writes_nothing_there(course_root
     planted = course / "feedback" / "planted.html"
     planted.parent.mkdir(exist_ok=True)
     planted.write_text("another student's feedback")
-    targets = {"root": str(watch.exchange), "inbound": str(course / "inbound"), "planted": str(planted),
-               "forged": str(course / "feedback" / "forged.html")}
+    targets = {
+        "root": str(watch.exchange),
+        "inbound": str(course / "inbound"),
+        "planted": str(planted),
+        "forged": str(course / "feedback" / "forged.html"),
+    }
     with pytest.raises(RuntimeError, match="ATTACK WORKED"):  # outside a job, the attack sees it all
         exec(_looks_for_the_exchange(targets), {})
     (course / "feedback" / "forged.html").unlink()

@@ -40,18 +40,51 @@ IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 NOBODY = 65534
 A = "03_scaled_dot_product"
 BYTE_ID = b"\xff".decode("utf-8", "surrogateescape")  # a folder name that is not UTF-8
-IDS = ["=e1", "'=e1", "''=e1", "-1", "+x", "@1", "\tt", "e1", "\u0435" + "1", "\uff1de1",
-       unicodedata.normalize("NFC", "caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9"), "ann", " ann"]
+IDS = [
+    "=e1",
+    "'=e1",
+    "''=e1",
+    "-1",
+    "+x",
+    "@1",
+    "\tt",
+    "e1",
+    "\u0435" + "1",
+    "\uff1de1",
+    unicodedata.normalize("NFC", "caf\u00e9"),
+    unicodedata.normalize("NFD", "caf\u00e9"),
+    "ann",
+    " ann",
+]
 ALIKE = [BYTE_ID, "\\xff"]  # read the same once written as text
 SCORES = {student: float(n + 1) for n, student in enumerate([*IDS, *ALIKE])}
 
 
 def _result(student: str, score: float) -> dict:
-    return {"student_id": student, "assignment": A, "score": score, "raw_score": score, "max_score": 100.0,
-            "status": "graded", "flags": [], "notes": [], "penalty": 0.0, "timestamp": None,
-            "late_by_seconds": None,
-            "tests": [{"notebook": A, "grade_id": "test_sdpa", "exercise": "sdpa", "points": score,
-                       "max_points": 100.0, "status": "passed", "message": ""}]}
+    return {
+        "student_id": student,
+        "assignment": A,
+        "score": score,
+        "raw_score": score,
+        "max_score": 100.0,
+        "status": "graded",
+        "flags": [],
+        "notes": [],
+        "penalty": 0.0,
+        "timestamp": None,
+        "late_by_seconds": None,
+        "tests": [
+            {
+                "notebook": A,
+                "grade_id": "test_sdpa",
+                "exercise": "sdpa",
+                "points": score,
+                "max_points": 100.0,
+                "status": "passed",
+                "message": "",
+            }
+        ],
+    }
 
 
 def _text(cell: str) -> str:
@@ -103,12 +136,28 @@ def course(request):
 def _export(course: dict, fmt: str, with_roster: bool) -> tuple[list[str], list[list[str]], str]:
     """The export's header, its students' rows and what the command printed."""
     target = course["root"] / f"{fmt}-{with_roster}.csv"
-    command = [*course["prefix"], sys.executable, "-m", "grader", "export", str(course["out"]),
-               "--format", fmt, "-o", str(target)]
+    command = [
+        *course["prefix"],
+        sys.executable,
+        "-m",
+        "grader",
+        "export",
+        str(course["out"]),
+        "--format",
+        fmt,
+        "-o",
+        str(target),
+    ]
     if with_roster:
         command += ["--roster", str(course["roster"])]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, "HOME": str(course["root"])})
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "HOME": str(course["root"])},
+    )
     assert done.returncode == 0, done.stderr
     with open(target, newline="", encoding="utf-8") as handle:
         header, *rows = list(csv.reader(handle))
@@ -147,6 +196,8 @@ def test_every_distinct_id_keeps_its_own_score_with_a_roster(course, fmt):
         cell = {"canvas": str(1000 + n), "moodle": f"N{n}", "wide": student}[fmt]
         want = "" if student == "E1" else f"{SCORES[student]:g}"  # E1 is not e1: no submission
         assert by_key[cell] == want, (student, by_key[cell])
-    assert "not on the roster, left out (2): +x, \\xff" in stdout or \
-        "not on the roster, left out (2): \\xff, +x" in stdout
+    assert (
+        "not on the roster, left out (2): +x, \\xff" in stdout
+        or "not on the roster, left out (2): \\xff, +x" in stdout
+    )
     assert "no submission of" in stdout and "E1" in stdout

@@ -32,8 +32,12 @@ import pytest
 from grader.autograde.folder_walk import SUBMISSION_LIMITS, copy_walked_file, walk_folder
 from tests.security.test_attacks import _open_path_to_python
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
 A = "tiny"
 FULL = 2.0
@@ -48,33 +52,51 @@ UNREADABLE = ["locked_file", "locked_subfolder", "locked_notebook", "locked_assi
 
 
 def _meta(grade_id: str, *, solution: bool, points: float = 0) -> dict:
-    return {"nbgrader": {"grade": not solution, "grade_id": grade_id, "locked": not solution,
-                         "schema_version": 3, "solution": solution, "task": False,
-                         **({} if solution else {"points": points})}}
+    return {
+        "nbgrader": {
+            "grade": not solution,
+            "grade_id": grade_id,
+            "locked": not solution,
+            "schema_version": 3,
+            "solution": solution,
+            "task": False,
+            **({} if solution else {"points": points}),
+        }
+    }
 
 
 def _notebook(value_body: str = "    return 42") -> nbformat.NotebookNode:
     """The source (and an honest submission): two exercises, one test each, a point each."""
     cells = [
-        nbformat.v4.new_code_cell("### BEGIN SOLUTION\ndef answer():\n    return 42\n### END SOLUTION",
-                                  metadata=_meta("answer", solution=True)),
-        nbformat.v4.new_code_cell("assert answer() == 42", metadata=_meta("test_answer", solution=False,
-                                                                          points=1)),
-        nbformat.v4.new_code_cell(f"### BEGIN SOLUTION\ndef value():\n{value_body}\n### END SOLUTION",
-                                  metadata=_meta("value", solution=True)),
-        nbformat.v4.new_code_cell("assert value() == 42", metadata=_meta("test_value", solution=False,
-                                                                         points=1)),
+        nbformat.v4.new_code_cell(
+            "### BEGIN SOLUTION\ndef answer():\n    return 42\n### END SOLUTION",
+            metadata=_meta("answer", solution=True),
+        ),
+        nbformat.v4.new_code_cell(
+            "assert answer() == 42", metadata=_meta("test_answer", solution=False, points=1)
+        ),
+        nbformat.v4.new_code_cell(
+            f"### BEGIN SOLUTION\ndef value():\n{value_body}\n### END SOLUTION",
+            metadata=_meta("value", solution=True),
+        ),
+        nbformat.v4.new_code_cell(
+            "assert value() == 42", metadata=_meta("test_value", solution=False, points=1)
+        ),
     ]
-    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    return nbformat.v4.new_notebook(
+        cells=cells,
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
 
 
-READS_PYCACHE = _notebook("    with open('__pycache__/value.txt') as handle:\n"
-                          "        return int(handle.read())")
+READS_PYCACHE = _notebook(
+    "    with open('__pycache__/value.txt') as handle:\n        return int(handle.read())"
+)
 
 
-READS_ODD_NAME = _notebook("    import os\n"
-                           "    return 42 if os.path.isfile(b'folder\\xfe/data\\xfd.txt') else 0")
+READS_ODD_NAME = _notebook(
+    "    import os\n    return 42 if os.path.isfile(b'folder\\xfe/data\\xfd.txt') else 0"
+)
 
 
 def _hand_in(submitted: Path, student: str | bytes, nb=None) -> Path:
@@ -171,9 +193,13 @@ def _build_class(submitted: Path) -> dict[str, Path]:
 def _lock(later: dict[str, Path], owner: int | None) -> list[Path]:
     """Deep nesting (after chown: a recursive walk could not chown it) and mode 000 entries."""
     _nest(later["deep"], DEEP, owner)
-    locked = [later["locked_file"] / "secret.txt", later["locked_subfolder"] / "private",
-              later["locked_notebook"] / f"{A}.ipynb", later["locked_assignment"],
-              later["locked_student"].parent]
+    locked = [
+        later["locked_file"] / "secret.txt",
+        later["locked_subfolder"] / "private",
+        later["locked_notebook"] / f"{A}.ipynb",
+        later["locked_assignment"],
+        later["locked_student"].parent,
+    ]
     for path in locked:
         os.chmod(path, 0)
     return locked
@@ -195,8 +221,22 @@ def graded(request):
     (source / A).mkdir(parents=True)
     nbformat.write(_notebook(), source / A / f"{A}.ipynb")
     later = _build_class(submitted)
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--source", str(source), "--timeout", "20", "--workers", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--source",
+        str(source),
+        "--timeout",
+        "20",
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     env = dict(os.environ)
     restore: list[tuple[Path, int]] = []
     owner = None
@@ -215,8 +255,14 @@ def graded(request):
         cache.write_text("41")
         os.unlink(submitted / "pyc_deleted" / A / "__pycache__" / "value.txt")
         second = _grade(command, env, root)
-        yield {"identity": identity, "out": out, "first": first, "second": second,
-               "results": results, "rerun": _results(out)}
+        yield {
+            "identity": identity,
+            "out": out,
+            "first": first,
+            "second": second,
+            "results": results,
+            "rerun": _results(out),
+        }
     finally:
         for folder, mode in restore:
             os.chmod(folder, mode)
@@ -339,8 +385,9 @@ def test_the_walk_never_reads_a_sparse_file(tmp_path, monkeypatch):
     (tmp_path / "small.txt").write_text("read")
     opened = []
     real_open = os.open
-    monkeypatch.setattr(os, "open",
-                        lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    monkeypatch.setattr(
+        os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k)
+    )
     walk = walk_folder(tmp_path)
     assert [str(f.relative) for f in walk.files] == ["small.txt"]
     assert [str(s.relative) for s in walk.skipped] == ["big.bin"]

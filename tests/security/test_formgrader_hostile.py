@@ -51,13 +51,26 @@ from tests.security.hostile_class import (
     reach_python,
 )
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow, pytest.mark.browser,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.xdist_group("security"),
+]
 
 A = "tiny"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 TRAP = "from pathlib import Path\nPath(__file__).with_name('config_was_loaded').write_text('x')\n"
 
 
@@ -87,8 +100,16 @@ def server(graded):
     env = dict(os.environ)
     if graded["identity"] == "user" and os.getuid() == 0:
         env["HOME"] = str(graded["root"])
-    command = [*as_identity(graded["identity"]), sys.executable, "-m", "grader", "formgrader",
-               str(graded["out"]), "--port", "0"]
+    command = [
+        *as_identity(graded["identity"]),
+        sys.executable,
+        "-m",
+        "grader",
+        "formgrader",
+        str(graded["out"]),
+        "--port",
+        "0",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                env=env, cwd=graded["root"])  # fmt: skip
     try:
@@ -103,8 +124,9 @@ def server(graded):
 
 def _call(server: dict, path: str, method: str = "GET", body: object = None) -> tuple[int, dict, bytes]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server["base"] + path, data=data, method=method,
-                                     headers={"Authorization": f"token {server['token']}"})
+    request = urllib.request.Request(
+        server["base"] + path, data=data, method=method, headers={"Authorization": f"token {server['token']}"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, dict(response.headers), response.read()
@@ -201,20 +223,37 @@ def test_the_feedback_pages_hold_no_markup_of_the_students(graded, regenerated):
 
 def test_formgrader_has_no_terminal_kernel_contents_or_autograde(graded, server):
     sid = _submission_id(server, "hostile")
-    refused = [("GET", "/api/terminals"), ("POST", "/api/terminals"), ("GET", "/api/kernels"),
-               ("POST", "/api/kernels"), ("GET", "/api/sessions"), ("GET", "/api/contents"),
-               ("PUT", f"/api/contents/{FILE_MARKER}.txt"), ("GET", "/terminals/websocket/1"),
-               ("GET", "/files/gradebook.db"), ("GET", f"/files/source/{A}/{A}.ipynb"),
-               ("GET", "/api/config/notebook"), ("PATCH", "/api/config/notebook"),
-               ("GET", "/api/nbconvert"), ("GET", f"/nbconvert/html/autograded/hostile/{A}/{A}.ipynb"),
-               ("GET", "/lab"), ("GET", "/tree"), ("GET", "/notebooks/x.ipynb"), ("POST", "/api/shutdown"),
-               ("GET", "/api/kernelspecs"), ("POST", f"/formgrader/api/submission/{A}/hostile/autograde"),
-               ("POST", f"/formgrader/api/assignment/{A}/assign"),
-               ("POST", f"/formgrader/api/assignment/{A}/collect"),
-               ("PUT", f"/formgrader/api/assignment/{A}"), ("PUT", "/formgrader/api/student/hostile"),
-               ("GET", f"/formgrader/submissions/{sid}/submission_secret.txt")]
-    answers = {f"{method} {path}": _call(server, path, method, {} if method != "GET" else None)[0]
-               for method, path in refused}
+    refused = [
+        ("GET", "/api/terminals"),
+        ("POST", "/api/terminals"),
+        ("GET", "/api/kernels"),
+        ("POST", "/api/kernels"),
+        ("GET", "/api/sessions"),
+        ("GET", "/api/contents"),
+        ("PUT", f"/api/contents/{FILE_MARKER}.txt"),
+        ("GET", "/terminals/websocket/1"),
+        ("GET", "/files/gradebook.db"),
+        ("GET", f"/files/source/{A}/{A}.ipynb"),
+        ("GET", "/api/config/notebook"),
+        ("PATCH", "/api/config/notebook"),
+        ("GET", "/api/nbconvert"),
+        ("GET", f"/nbconvert/html/autograded/hostile/{A}/{A}.ipynb"),
+        ("GET", "/lab"),
+        ("GET", "/tree"),
+        ("GET", "/notebooks/x.ipynb"),
+        ("POST", "/api/shutdown"),
+        ("GET", "/api/kernelspecs"),
+        ("POST", f"/formgrader/api/submission/{A}/hostile/autograde"),
+        ("POST", f"/formgrader/api/assignment/{A}/assign"),
+        ("POST", f"/formgrader/api/assignment/{A}/collect"),
+        ("PUT", f"/formgrader/api/assignment/{A}"),
+        ("PUT", "/formgrader/api/student/hostile"),
+        ("GET", f"/formgrader/submissions/{sid}/submission_secret.txt"),
+    ]
+    answers = {
+        f"{method} {path}": _call(server, path, method, {} if method != "GET" else None)[0]
+        for method, path in refused
+    }
     assert not {k: v for k, v in answers.items() if v not in (403, 404, 405)}, answers
     status, _, _ = _call(server, f"/formgrader?path={graded['trap']}")
     assert status in (200, 302)
@@ -223,14 +262,23 @@ def test_formgrader_has_no_terminal_kernel_contents_or_autograde(graded, server)
 
 def test_every_answer_carries_a_strict_policy(server):
     sid = _submission_id(server, "hostile")
-    for path in (f"/formgrader/submissions/{sid}/", "/formgrader/gradebook", "/formgrader/api/status",
-                 "/api/terminals", "/formgrader/static/js/formgrade.js"):
+    for path in (
+        f"/formgrader/submissions/{sid}/",
+        "/formgrader/gradebook",
+        "/formgrader/api/status",
+        "/api/terminals",
+        "/formgrader/static/js/formgrade.js",
+    ):
         _, headers, _ = _call(server, path)
         policy = headers["Content-Security-Policy"]
         script = re.search(r"script-src([^;]*)", policy).group(1)
         assert "'unsafe-inline'" not in script and "'unsafe-eval'" not in script and "*" not in script
-        for directive in ("default-src 'none'", "img-src data:", "frame-ancestors 'none'",
-                          "object-src 'none'"):
+        for directive in (
+            "default-src 'none'",
+            "img-src data:",
+            "frame-ancestors 'none'",
+            "object-src 'none'",
+        ):
             assert directive in policy, policy
 
 
@@ -266,7 +314,8 @@ def _ran(driver) -> list:
     return driver.execute_script(
         "return [document.title, window.pwned,"
         " Array.from(document.querySelectorAll('a[href]')).filter(a => a.protocol === 'javascript:').length,"
-        " document.querySelectorAll('script:not([src])').length]")
+        " document.querySelectorAll('script:not([src])').length]"
+    )
 
 
 def _planted(root: Path) -> list[str]:

@@ -43,8 +43,14 @@ def test_weak_isolation_is_written_into_every_result(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     server = ForkServer(ServerConfig(Isolation.WEAK))
-    autograde(tmp_path / "submitted", tmp_path / "out", source, server=server, work=work,
-              options=GradeOptions(workers=1, timeout=60, progress=False))
+    autograde(
+        tmp_path / "submitted",
+        tmp_path / "out",
+        source,
+        server=server,
+        work=work,
+        options=GradeOptions(workers=1, timeout=60, progress=False),
+    )
     result = json.loads((tmp_path / "out" / "ann" / A / "results.json").read_text())
     assert result["isolation"] == "weak"
     assert any("weak isolation" in flag for flag in result["flags"])

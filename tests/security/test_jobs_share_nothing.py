@@ -40,8 +40,12 @@ from tests.notebook_runner import solved_notebook, with_cell
 from tests.security.test_attacks import _chown_tree, _open_path_to_python
 from tests.security.test_resources_round2 import _results, _setpriv, run_jobs
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
@@ -55,6 +59,7 @@ def _python_reachable():
     yield
     for folder, mode in restore:
         os.chmod(folder, mode)
+
 
 KEYRING_HELPERS = """
 import ctypes, json, os, platform
@@ -124,8 +129,9 @@ def keyring_run(request):
     store, find = _keyring_script(name, STORE_KEYS), _keyring_script(name, FIND_KEYS)
     run = run_jobs(request.param, [[store], [find]], limits={"timeout": 60})
     # the grader has ended: look for the keys as uid 65534 itself, outside any job
-    after = subprocess.run([*_as_nobody(), sys.executable, "-c", find], capture_output=True,
-                           text=True, timeout=60, cwd=ROOT)
+    after = subprocess.run(
+        [*_as_nobody(), sys.executable, "-c", find], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     return request.param, run, after, name
 
 
@@ -251,13 +257,16 @@ def test_calls_a_notebook_never_needs_are_refused_not_killed(state_run):
     job = run["jobs"][2]
     assert job["exitcode"] == 0, job["log"]
     result = _results(job)
-    refused = {name: why for name, why in result["answers"].items()
-               if why in ("Operation not permitted", "Function not implemented")}
+    refused = {
+        name: why
+        for name, why in result["answers"].items()
+        if why in ("Operation not permitted", "Function not implemented")
+    }
     assert refused == result["answers"], result["answers"]
     assert result["seen"] == [], result  # no pid outside the job's own can be named
 
 
-HELPER = '''
+HELPER = """
 import pickle, sys
 import numpy as np
 source, sink = sys.stdin.buffer, sys.stdout.buffer
@@ -276,9 +285,9 @@ while len(head := source.read(8)) == 8:
     answer = pickle.dumps(np.divide(weighted, total, out=np.zeros_like(weighted), where=total > 0))
     sink.write(len(answer).to_bytes(8, "little") + answer)
     sink.flush()
-'''
+"""
 
-HELPER_PROCESS = f'''\
+HELPER_PROCESS = f"""\
 import pickle, subprocess, sys
 _helper = subprocess.Popen([sys.executable, "-c", {HELPER!r}], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE)  # waits until the budgeted test cell calls
@@ -291,7 +300,7 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
     if len(head) < 8:
         raise RuntimeError("the helper has gone")
     return pickle.loads(_helper.stdout.read(int.from_bytes(head, "little")))
-'''
+"""
 
 
 @pytest.fixture(scope="module", params=IDENTITIES)
@@ -300,13 +309,29 @@ def graded_ch07(request):
     os.chmod(root, 0o755)
     source, submitted, out = root / "source", root / "submitted", root / "out"
     shutil.copytree(SOLUTIONS / CH07, source / CH07)
-    notebooks = {"honest": solved_notebook(CH07),
-                 "helper": with_cell(solved_notebook(CH07), "online_softmax_attention", HELPER_PROCESS)}
+    notebooks = {
+        "honest": solved_notebook(CH07),
+        "helper": with_cell(solved_notebook(CH07), "online_softmax_attention", HELPER_PROCESS),
+    }
     for student, nb in notebooks.items():
         (submitted / student / CH07).mkdir(parents=True)
         nbformat.write(nb, submitted / student / CH07 / f"{CH07}.ipynb")
-    command = [sys.executable, "-m", "grader", "autograde", str(submitted), "--out", str(out),
-               "--source", str(source), "--timeout", "120", "--workers", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "autograde",
+        str(submitted),
+        "--out",
+        str(out),
+        "--source",
+        str(source),
+        "--timeout",
+        "120",
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     env, restore = dict(os.environ), []
     if request.param == "user" and os.getuid() == 0:
         restore = _open_path_to_python()
@@ -317,8 +342,9 @@ def graded_ch07(request):
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=root)
         assert run.returncode == 0, run.stderr[-3000:]
-        yield {student: json.loads((out / student / CH07 / "results.json").read_text())
-               for student in notebooks}
+        yield {
+            student: json.loads((out / student / CH07 / "results.json").read_text()) for student in notebooks
+        }
     finally:
         for folder, mode in restore:
             os.chmod(folder, mode)
@@ -326,8 +352,9 @@ def graded_ch07(request):
 
 
 def test_a_helper_process_does_not_escape_the_memory_budget(graded_ch07):
-    memory = next(t for t in graded_ch07["helper"]["tests"]
-                  if t["grade_id"] == "test_online_softmax_attention__memory")
+    memory = next(
+        t for t in graded_ch07["helper"]["tests"] if t["grade_id"] == "test_online_softmax_attention__memory"
+    )
     assert memory["points"] == 0 and memory["status"] != "passed", memory
 
 

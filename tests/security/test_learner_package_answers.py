@@ -51,8 +51,13 @@ pytestmark = [pytest.mark.security, pytest.mark.filterwarnings("ignore")]
 
 #: modules whose functions act on the process (start recording, run a notebook, install hooks)
 #: rather than compute: never called here
-SIDE_EFFECTS = ("attention_learner.__main__", "attention_learner.notebook_check",
-                "attention_learner.op_trace", "attention_learner.recording", "attention_learner.startup")
+SIDE_EFFECTS = (
+    "attention_learner.__main__",
+    "attention_learner.notebook_check",
+    "attention_learner.op_trace",
+    "attention_learner.recording",
+    "attention_learner.startup",
+)
 
 #: exercise -> the given blocks that answer it on purpose (later chapters build on them)
 GIVEN = {
@@ -64,9 +69,20 @@ GIVEN = {
 }
 
 #: outputs that count calls or state conventions, not an exercise's numbers
-BOOKKEEPING = {"float64", "unchanged", "encode_calls", "encode_at_most_once", "smallest_decode_batch",
-               "lengths", "length_before", "rows_taken_one_at_a_time", "biases", "cross_keys",
-               "cross_values", "query_rows"}
+BOOKKEEPING = {
+    "float64",
+    "unchanged",
+    "encode_calls",
+    "encode_at_most_once",
+    "smallest_decode_batch",
+    "lengths",
+    "length_before",
+    "rows_taken_one_at_a_time",
+    "biases",
+    "cross_keys",
+    "cross_values",
+    "query_rows",
+}
 
 #: the cases each exercise is tried on: a seed no notebook uses, and sizes of both parities
 PARAMS: dict[str, list[dict[str, Any]]] = {
@@ -102,9 +118,11 @@ def right_parameters(inputs: dict[str, Any]) -> dict[str, Any]:
 @cache
 def package_modules() -> list[Any]:
     """Every module of the learner package but those of :data:`SIDE_EFFECTS`."""
-    return [importlib.import_module(info.name)
-            for info in pkgutil.walk_packages(attention_learner.__path__, "attention_learner.")
-            if info.name not in SIDE_EFFECTS]
+    return [
+        importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(attention_learner.__path__, "attention_learner.")
+        if info.name not in SIDE_EFFECTS
+    ]
 
 
 def package_callables() -> list[tuple[str, Callable[..., Any]]]:
@@ -113,15 +131,19 @@ def package_callables() -> list[tuple[str, Callable[..., Any]]]:
     found, seen = [], set()
     for module in package_modules():
         for name, value in list(vars(module).items()):
-            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__ \
-                    and id(value) not in seen:
+            if (
+                (inspect.isfunction(value) or inspect.isclass(value))
+                and value.__module__ == module.__name__
+                and id(value) not in seen
+            ):
                 seen.add(id(value))
                 found.append((f"{module.__name__}.{name}", value))
     return found
 
 
-def bound_arguments(fn: Callable[..., Any], inputs: dict[str, Any], extra: dict[str, Any],
-                    expected: dict[str, np.ndarray]) -> dict[str, Any] | None:
+def bound_arguments(
+    fn: Callable[..., Any], inputs: dict[str, Any], extra: dict[str, Any], expected: dict[str, np.ndarray]
+) -> dict[str, Any] | None:
     """Arguments for every parameter of ``fn`` from the case (None when one cannot be filled,
     or when none comes from the case: such a callable computes nothing from it)."""
     try:
@@ -169,8 +191,11 @@ def arrays_of(value: Any, case: Case | None = None, depth: int = 0) -> Iterator[
             yield from arrays_of(v, case, depth + 1)
     elif callable(value) and not inspect.isclass(value):
         try:
-            needed = [p for p in inspect.signature(value).parameters.values() if p.default is p.empty
-                      and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            needed = [
+                p
+                for p in inspect.signature(value).parameters.values()
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            ]
             arguments = {} if not needed else None
             if needed and case is not None:
                 arguments = bound_arguments(value, copies(case[0]), *case[1:])
@@ -186,17 +211,24 @@ def answer_arrays(inputs: dict[str, Any], expected: dict[str, np.ndarray]) -> di
     """The reference outputs that the exercise computes: not bookkeeping, and not an input
     handed back (a cache's final keys are the case's keys)."""
     given = [np.asarray(v) for v in inputs.values() if isinstance(v, np.ndarray)]
-    return {k: v for k, v in expected.items()
-            if k not in BOOKKEEPING and v.size > 1
-            and not any(g.shape == v.shape and np.array_equal(g, v) for g in given)}
+    return {
+        k: v
+        for k, v in expected.items()
+        if k not in BOOKKEEPING
+        and v.size > 1
+        and not any(g.shape == v.shape and np.array_equal(g, v) for g in given)
+    }
 
 
 def reproduces(array: np.ndarray, target: np.ndarray) -> bool:
     if array.shape != target.shape or array.dtype.kind not in "biuf":
         return False
     with np.errstate(all="ignore"):
-        return bool(np.allclose(array.astype(np.float64), target.astype(np.float64),
-                                atol=1e-8, rtol=1e-6, equal_nan=True))
+        return bool(
+            np.allclose(
+                array.astype(np.float64), target.astype(np.float64), atol=1e-8, rtol=1e-6, equal_nan=True
+            )
+        )
 
 
 def quietly(call: Callable[[], Any]) -> Any:
@@ -204,8 +236,11 @@ def quietly(call: Callable[[], Any]) -> Any:
     raises turned into None."""
     dtype = torch.get_default_dtype()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                np.errstate(all="ignore"):
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+            np.errstate(all="ignore"),
+        ):
             return call()
     except BaseException as exc:  # noqa: BLE001 -- anything a wrongly called helper raises
         if isinstance(exc, KeyboardInterrupt):
@@ -216,8 +251,12 @@ def quietly(call: Callable[[], Any]) -> Any:
 
 
 def cases() -> list[tuple[str, dict[str, Any]]]:
-    return [(name, params) for name in sorted(all_exercises()) if "__" not in name
-            for params in PARAMS.get(name, [{}])]
+    return [
+        (name, params)
+        for name in sorted(all_exercises())
+        if "__" not in name
+        for params in PARAMS.get(name, [{}])
+    ]
 
 
 def fresh(name: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -248,7 +287,6 @@ def test_no_callable_of_the_package_passes_as_the_exercise(name, params):
     assert not extra, f"{name}: the learner package's {extra} pass(es) as the exercise itself"
     # the given blocks do pass: what this test calls and judges is what a student would hand in
     assert set(passing) == GIVEN.get(name, set()), f"{name}: a given block failed its own exercise"
-
 
 
 def computing_the_answer(name: str, params: dict[str, Any]) -> list[str]:
@@ -303,25 +341,43 @@ def test_the_search_finds_an_answer_planted_in_the_package(monkeypatch):
         planted.__module__ = ch06.__name__
         monkeypatch.setattr(ch06, planted.__name__, planted, raising=False)
     found = " ".join(computing_the_answer("positional_encoding", {"n": 9, "d_model": 7}))
-    for planted in ("planted_model(d_model, positions)", "planted_notes(inputs, expected)",
-                    "planted_factory(width)"):
+    for planted in (
+        "planted_model(d_model, positions)",
+        "planted_notes(inputs, expected)",
+        "planted_factory(width)",
+    ):
         assert f"attention_learner.cases.ch06.{planted} -> pe" in found, found
 
 
 #: (module, attribute, exercise, inputs -> arguments): models that held an answer at ea87504
 #: (the hints' models of chapters 5 to 7), with the arguments that made them one
 KNOWN = [
-    ("attention_learner.cases.ch06", "_positions_model", "positional_encoding",
-     lambda i: (i["d_model"], np.arange(i["n"], dtype=np.float64))),
-    ("attention_learner.cases.ch06", "_frequencies_model", "positional_encoding",
-     lambda i: (i["n"], i["d_model"], 10000.0 ** (-2 * _pairs(i["d_model"]) / i["d_model"]))),
-    ("attention_learner.cases.ch06", "_width_model", "positional_encoding",
-     lambda i: (i["n"], i["d_model"], i["d_model"])),
-    ("attention_learner.cases.ch05", "_mask_of", "padding_mask",
-     lambda i: (i["lengths"], i["max_len"])),
+    (
+        "attention_learner.cases.ch06",
+        "_positions_model",
+        "positional_encoding",
+        lambda i: (i["d_model"], np.arange(i["n"], dtype=np.float64)),
+    ),
+    (
+        "attention_learner.cases.ch06",
+        "_frequencies_model",
+        "positional_encoding",
+        lambda i: (i["n"], i["d_model"], 10000.0 ** (-2 * _pairs(i["d_model"]) / i["d_model"])),
+    ),
+    (
+        "attention_learner.cases.ch06",
+        "_width_model",
+        "positional_encoding",
+        lambda i: (i["n"], i["d_model"], i["d_model"]),
+    ),
+    ("attention_learner.cases.ch05", "_mask_of", "padding_mask", lambda i: (i["lengths"], i["max_len"])),
     ("attention_learner.cases.ch07", "_cached_model", "CachedSelfAttention", lambda i: (i,)),
-    ("attention_learner.cases.ch07", "_cache_model", "KVCache",
-     lambda i: (i, lambda s: list(range(s + 1)), list(range(len(i["chunks"]))))),
+    (
+        "attention_learner.cases.ch07",
+        "_cache_model",
+        "KVCache",
+        lambda i: (i, lambda s: list(range(s + 1)), list(range(len(i["chunks"])))),
+    ),
 ]
 
 

@@ -23,8 +23,12 @@ import pytest
 
 from tests.security.hostile_class import IDENTITIES, build, grade, reach_python
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
 CASES = [(identity, shared) for identity in IDENTITIES for shared in (False, True)]
 
@@ -74,9 +78,16 @@ def test_the_class_is_graded(graded):
 
 def test_every_path_of_out_is_private_or_the_groups(graded):
     modes = _modes(graded["out"])
-    for needed in ("source/tiny/tiny.ipynb", "gradebook.db", "grades.csv", "nbgrader_config.py",
-                   "autograded/hostile/tiny/tiny.ipynb", "hostile/tiny/results.json",
-                   "feedback/hostile/tiny/tiny.html", "honest/tiny/old_notes.txt"):
+    for needed in (
+        "source/tiny/tiny.ipynb",
+        "gradebook.db",
+        "grades.csv",
+        "nbgrader_config.py",
+        "autograded/hostile/tiny/tiny.ipynb",
+        "hostile/tiny/results.json",
+        "feedback/hostile/tiny/tiny.html",
+        "honest/tiny/old_notes.txt",
+    ):
         assert needed in modes, needed  # the walk saw the files that matter
     assert not [p for p, m in modes.items() if stat.S_ISLNK(m)]
     wide = {p: oct(m) for p, m in modes.items() if m & (0o007 if graded["shared"] else 0o077)}
@@ -93,8 +104,11 @@ def test_folders_and_files_get_exactly_their_modes(graded):
     assert {stat.S_IMODE(m) & 0o777 for m in modes.values() if stat.S_ISREG(m)} == {file}
     earlier = {p: stat.S_IMODE(os.lstat(graded["out"] / p).st_mode) & 0o777 for p in EARLIER}
     # shared, a group write given by hand stays (a TA's gradebook); for others, nothing ever
-    assert earlier == ({"honest": 0o770, "honest/tiny/old_notes.txt": 0o660} if graded["shared"]
-                       else {"honest": 0o700, "honest/tiny/old_notes.txt": 0o600})
+    assert earlier == (
+        {"honest": 0o770, "honest/tiny/old_notes.txt": 0o660}
+        if graded["shared"]
+        else {"honest": 0o700, "honest/tiny/old_notes.txt": 0o600}
+    )
 
 
 def test_the_set_group_id_bit_of_a_shared_out_is_kept(graded):

@@ -25,17 +25,28 @@ from grader.paths import SOLUTIONS
 from tests.notebook_runner import solved_notebook, source_notebook, with_cell
 from tests.security.grade_as import grade_class_as
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
-CH03, CH04, CH05, CH07 = ("03_scaled_dot_product", "04_multi_head", "05_transformer_attention",
-                          "07_attention_at_scale")
+CH03, CH04, CH05, CH07 = (
+    "03_scaled_dot_product",
+    "04_multi_head",
+    "05_transformer_attention",
+    "07_attention_at_scale",
+)
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 
 
 def solution(assignment: str, grade_id: str) -> str:
-    cell = next(c for c in source_notebook(assignment).cells
-                if (c.metadata.get("nbgrader") or {}).get("grade_id") == grade_id)
+    cell = next(
+        c
+        for c in source_notebook(assignment).cells
+        if (c.metadata.get("nbgrader") or {}).get("grade_id") == grade_id
+    )
     return "\n".join(line for line in cell.source.splitlines() if "### " not in line) + "\n"
 
 
@@ -122,45 +133,83 @@ def online_softmax_attention(Q, K, V, block_size, mask=None):
 def attackers() -> dict[str, tuple[str, dict[str, str]]]:
     """student -> (assignment, {solution grade id: the attacking cell})."""
     right_sdpa = solution(CH03, "scaled_dot_product_attention").replace(
-        "def scaled_dot_product_attention(", "def _right(")
+        "def scaled_dot_product_attention(", "def _right("
+    )
     return {
-        "given_block_ch03": (CH03, {"scaled_dot_product_attention_torch": (
-            "from attention_learner.blocks import given_attention as scaled_dot_product_attention_torch\n")}),
-        "torch_sdpa_ch03": (CH03, {"scaled_dot_product_attention_torch": (
-            "import torch.nn.functional as F\n"
-            "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
-            "    weights = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1)\n"
-            "    if mask is not None:\n"
-            "        weights = torch.softmax((Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]))"
-            ".masked_fill(~mask, float('-inf')), dim=-1).nan_to_num(0.0)\n"
-            "    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)\n"
-            "    return out.nan_to_num(0.0), weights\n")}),
-        "computed_getattr_ch03": (CH03, {"scaled_dot_product_attention_torch": (
-            solution(CH03, "scaled_dot_product_attention_torch")
-            + "import torch.nn.functional as F\n"
-            "_hidden = getattr(F, 'scaled_dot_' + 'product_attention')\n")}),
+        "given_block_ch03": (
+            CH03,
+            {
+                "scaled_dot_product_attention_torch": (
+                    "from attention_learner.blocks import given_attention"
+                    " as scaled_dot_product_attention_torch\n"
+                )
+            },
+        ),
+        "torch_sdpa_ch03": (
+            CH03,
+            {
+                "scaled_dot_product_attention_torch": (
+                    "import torch.nn.functional as F\n"
+                    "def scaled_dot_product_attention_torch(Q, K, V, mask=None):\n"
+                    "    weights = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1)\n"
+                    "    if mask is not None:\n"
+                    "        weights = torch.softmax((Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]))"
+                    ".masked_fill(~mask, float('-inf')), dim=-1).nan_to_num(0.0)\n"
+                    "    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)\n"
+                    "    return out.nan_to_num(0.0), weights\n"
+                )
+            },
+        ),
+        "computed_getattr_ch03": (
+            CH03,
+            {
+                "scaled_dot_product_attention_torch": (
+                    solution(CH03, "scaled_dot_product_attention_torch") + "import torch.nn.functional as F\n"
+                    "_hidden = getattr(F, 'scaled_dot_' + 'product_attention')\n"
+                )
+            },
+        ),
         "lookup_table_ch03": (CH03, {"scaled_dot_product_attention": LOOKUP_TABLE}),
         "float32_forged_ch03": (CH03, {"scaled_dot_product_attention": right_sdpa + FLOAT32_FORGED}),
         "in_place_forged_ch03": (CH03, {"scaled_dot_product_attention": right_sdpa + IN_PLACE_FORGED}),
-        "subclass_given_ch04": (CH04, {"MultiHeadAttention": (
-            "from attention_learner.blocks import GivenMultiHeadAttention\n"
-            "class MultiHeadAttention(GivenMultiHeadAttention):\n    pass\n")}),
-        "torch_mha_ch04": (CH04, {"MultiHeadAttention": (
-            "class MultiHeadAttention(nn.Module):\n"
-            "    def __init__(self, d_model, num_heads, bias=True):\n"
-            "        super().__init__()\n"
-            "        self.inner = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)\n"
-            "    def forward(self, query, key, value, mask=None):\n"
-            "        return self.inner(query, key, value)\n")}),
+        "subclass_given_ch04": (
+            CH04,
+            {
+                "MultiHeadAttention": (
+                    "from attention_learner.blocks import GivenMultiHeadAttention\n"
+                    "class MultiHeadAttention(GivenMultiHeadAttention):\n    pass\n"
+                )
+            },
+        ),
+        "torch_mha_ch04": (
+            CH04,
+            {
+                "MultiHeadAttention": (
+                    "class MultiHeadAttention(nn.Module):\n"
+                    "    def __init__(self, d_model, num_heads, bias=True):\n"
+                    "        super().__init__()\n"
+                    "        self.inner = nn.MultiheadAttention("
+                    "d_model, num_heads, bias=bias, batch_first=True)\n"
+                    "    def forward(self, query, key, value, mask=None):\n"
+                    "        return self.inner(query, key, value)\n"
+                )
+            },
+        ),
         "zero_layers_ch05": (CH05, {"EncoderLayer": ZERO_ENCODER, "DecoderLayer": ZERO_DECODER}),
-        "torch_online_ch07": (CH07, {"online_softmax_attention": (
-            "import torch.nn.functional as F\n"
-            "def online_softmax_attention(Q, K, V, block_size, mask=None):\n"
-            "    shape = Q.shape[:-1] + K.shape[-2:-1]\n"
-            "    m = None if mask is None else torch.as_tensor(np.broadcast_to(mask, shape))\n"
-            "    q, k, v = (torch.as_tensor(a) for a in (Q, K, V))\n"
-            "    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)\n"
-            "    return out.nan_to_num(0.0).numpy()\n")}),
+        "torch_online_ch07": (
+            CH07,
+            {
+                "online_softmax_attention": (
+                    "import torch.nn.functional as F\n"
+                    "def online_softmax_attention(Q, K, V, block_size, mask=None):\n"
+                    "    shape = Q.shape[:-1] + K.shape[-2:-1]\n"
+                    "    m = None if mask is None else torch.as_tensor(np.broadcast_to(mask, shape))\n"
+                    "    q, k, v = (torch.as_tensor(a) for a in (Q, K, V))\n"
+                    "    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)\n"
+                    "    return out.nan_to_num(0.0).numpy()\n"
+                )
+            },
+        ),
         "full_matrix_ch07": (CH07, {"online_softmax_attention": FULL_MATRIX_HIDDEN_FROM_TRACEMALLOC}),
     }
 
@@ -190,8 +239,11 @@ def graded(request):
 
 
 def result(graded, student: str) -> dict:
-    assignment = attackers()[student][0] if student in attackers() else {
-        "honest_03": CH03, "honest_04": CH04, "honest_05": CH05, "honest_07": CH07}[student]
+    assignment = (
+        attackers()[student][0]
+        if student in attackers()
+        else {"honest_03": CH03, "honest_04": CH04, "honest_05": CH05, "honest_07": CH07}[student]
+    )
     return json.loads((graded["out"] / student / assignment / "results.json").read_text())
 
 
@@ -207,14 +259,24 @@ def test_the_run_finishes_and_honest_notebooks_keep_every_point(graded):
         assert res["flags"] == []
 
 
-@pytest.mark.parametrize("student,exercise,via", [
-    ("given_block_ch03", "scaled_dot_product_attention_torch", "attention_learner.blocks.given_attention"),
-    ("torch_sdpa_ch03", "scaled_dot_product_attention_torch",
-     "torch.nn.functional.scaled_dot_product_attention"),
-    ("subclass_given_ch04", "MultiHeadAttention", "attention_learner.blocks.GivenMultiHeadAttention"),
-    ("torch_mha_ch04", "MultiHeadAttention", "torch.nn.MultiheadAttention"),
-    ("torch_online_ch07", "online_softmax_attention", "torch.nn.functional.scaled_dot_product_attention"),
-])
+@pytest.mark.parametrize(
+    "student,exercise,via",
+    [
+        (
+            "given_block_ch03",
+            "scaled_dot_product_attention_torch",
+            "attention_learner.blocks.given_attention",
+        ),
+        (
+            "torch_sdpa_ch03",
+            "scaled_dot_product_attention_torch",
+            "torch.nn.functional.scaled_dot_product_attention",
+        ),
+        ("subclass_given_ch04", "MultiHeadAttention", "attention_learner.blocks.GivenMultiHeadAttention"),
+        ("torch_mha_ch04", "MultiHeadAttention", "torch.nn.MultiheadAttention"),
+        ("torch_online_ch07", "online_softmax_attention", "torch.nn.functional.scaled_dot_product_attention"),
+    ],
+)
 def test_delegation_earns_nothing_and_is_flagged(graded, student, exercise, via):
     res = result(graded, student)
     tests = graded_tests(res, exercise)
@@ -240,10 +302,13 @@ def test_the_shipped_expected_values_are_no_answer(graded):
     assert tests and all(t["points"] == 0 for t in tests), tests
 
 
-@pytest.mark.parametrize("student,words", [
-    ("float32_forged_ch03", "whether every output is float64"),
-    ("in_place_forged_ch03", "whether the input arrays were left unmodified"),
-])
+@pytest.mark.parametrize(
+    "student,words",
+    [
+        ("float32_forged_ch03", "whether every output is float64"),
+        ("in_place_forged_ch03", "whether the input arrays were left unmodified"),
+    ],
+)
 def test_conventions_are_decided_by_the_parent(graded, student, words):
     tests = graded_tests(result(graded, student), "scaled_dot_product_attention")
     assert tests and all(t["points"] == 0 and words in t["message"] for t in tests), tests

@@ -26,8 +26,9 @@ def test_editing_the_grader_code_changes_the_fingerprint(tmp_path, monkeypatch):
     assert code_fingerprint() != before
 
 
-@pytest.mark.parametrize("status,kept", [("graded", True), ("invalid", True), ("timeout", False),
-                                         ("crashed", False)])
+@pytest.mark.parametrize(
+    "status,kept", [("graded", True), ("invalid", True), ("timeout", False), ("crashed", False)]
+)
 def test_only_finished_results_are_kept(tmp_path, status, kept):
     previous = tmp_path / "results.json"
     previous.write_text(json.dumps({"fingerprint": "abc", "status": status}))

@@ -41,8 +41,12 @@ import pytest
 
 from tests.security.test_attacks import _open_path_to_python
 
-pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow,
-              pytest.mark.xdist_group("security")]
+pytestmark = [
+    pytest.mark.security,
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("security"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -51,8 +55,12 @@ IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 JOB_MEMORY = 256 * MB  # the job's memory in the cgroup case
 PROCESS_MEMORY = 128 * MB  # each process's address space in the fallback case
 TASKS = 16
-LIMITS = {"timeout": 60, "memory_bytes": JOB_MEMORY, "process_memory_bytes": PROCESS_MEMORY,
-          "processes": TASKS}
+LIMITS = {
+    "timeout": 60,
+    "memory_bytes": JOB_MEMORY,
+    "process_memory_bytes": PROCESS_MEMORY,
+    "processes": TASKS,
+}
 
 
 def _setpriv(identity: str) -> list[str]:
@@ -69,8 +77,9 @@ def _python_reachable():
         os.chmod(folder, mode)
 
 
-def run_jobs(identity: str, cells: list[list[str]], cgroups: bool = True,
-             limits: dict | list[dict] = LIMITS) -> dict:
+def run_jobs(
+    identity: str, cells: list[list[str]], cgroups: bool = True, limits: dict | list[dict] = LIMITS
+) -> dict:
     """Run one job per list of cells in the grading sandbox, as ``identity`` (``limits``: for
     every job, or one per job)."""
     per_job = limits if isinstance(limits, list) else [limits] * len(cells)
@@ -79,9 +88,15 @@ def run_jobs(identity: str, cells: list[list[str]], cgroups: bool = True,
     home = tempfile.mkdtemp(prefix="attention-home-")
     os.chmod(home, 0o777)
     try:
-        run = subprocess.run([*_setpriv(identity), sys.executable, "-m", "tests.security.job_runner"],
-                             input=json.dumps(spec), capture_output=True, text=True, timeout=600,
-                             cwd=ROOT, env=dict(os.environ, HOME=home))
+        run = subprocess.run(
+            [*_setpriv(identity), sys.executable, "-m", "tests.security.job_runner"],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+            env=dict(os.environ, HOME=home),
+        )
     finally:
         shutil.rmtree(home, ignore_errors=True)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -362,19 +377,32 @@ IMMORTAL = textwrap.dedent(f"""
 
 def _tiny_source(folder: Path, solution: str) -> None:
     def meta(grade_id: str, solution: bool) -> dict:
-        return {"nbgrader": {"grade": not solution, "grade_id": grade_id, "locked": not solution,
-                             "schema_version": 3, "solution": solution, "task": False,
-                             **({} if solution else {"points": 1})}}
+        return {
+            "nbgrader": {
+                "grade": not solution,
+                "grade_id": grade_id,
+                "locked": not solution,
+                "schema_version": 3,
+                "solution": solution,
+                "task": False,
+                **({} if solution else {"points": 1}),
+            }
+        }
 
     def notebook(body: str) -> nbformat.NotebookNode:
-        return nbformat.v4.new_notebook(cells=[
-            nbformat.v4.new_code_cell(body, metadata=meta("answer", True)),
-            nbformat.v4.new_code_cell("assert answer() == 42", metadata=meta("test_answer", False)),
-        ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+        return nbformat.v4.new_notebook(
+            cells=[
+                nbformat.v4.new_code_cell(body, metadata=meta("answer", True)),
+                nbformat.v4.new_code_cell("assert answer() == 42", metadata=meta("test_answer", False)),
+            ],
+            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        )
 
     (folder / "source" / "tiny").mkdir(parents=True)
-    nbformat.write(notebook("### BEGIN SOLUTION\ndef answer():\n    return 42\n### END SOLUTION"),
-                   folder / "source" / "tiny" / "tiny.ipynb")
+    nbformat.write(
+        notebook("### BEGIN SOLUTION\ndef answer():\n    return 42\n### END SOLUTION"),
+        folder / "source" / "tiny" / "tiny.ipynb",
+    )
     (folder / "submitted" / "immortal" / "tiny").mkdir(parents=True)
     nbformat.write(notebook(solution), folder / "submitted" / "immortal" / "tiny" / "tiny.ipynb")
 
@@ -389,7 +417,7 @@ def _processes() -> dict[int, tuple[str, str, str]]:
             stat = Path(f"/proc/{name}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         table[int(name)] = (fields[1], fields[19], fields[0])
     return table
 
@@ -434,11 +462,29 @@ def test_no_job_outlives_its_grader(identity, work_folder):
                 os.chown(name, NOBODY, NOBODY)
     job: set[tuple[int, str]] = set()  # (pid, start time) of the grader and all it started
     grading_run = subprocess.Popen(
-        [*_setpriv(identity), sys.executable, "-m", "grader", "autograde", str(tmp_path / "submitted"),
-         "--out", str(tmp_path / "out"), "--source", str(tmp_path / "source"), "--timeout", "600",
-         "--workers", "1", "--quiet"],
-        cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            *_setpriv(identity),
+            sys.executable,
+            "-m",
+            "grader",
+            "autograde",
+            str(tmp_path / "submitted"),
+            "--out",
+            str(tmp_path / "out"),
+            "--source",
+            str(tmp_path / "source"),
+            "--timeout",
+            "600",
+            "--workers",
+            "1",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, HOME=str(tmp_path)),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -453,15 +499,20 @@ def test_no_job_outlives_its_grader(identity, work_folder):
             pytest.fail("the immortal job never started")
         time.sleep(1)  # its double fork done
         job |= _descendants(_processes(), grading_run.pid)
-        server_pids = [pid for pid, _ in job if "grader.autograde.sandbox" in _cmdline(pid)
-                       and _processes().get(pid, ("", "", ""))[0] == str(grading_run.pid)]
+        server_pids = [
+            pid
+            for pid, _ in job
+            if "grader.autograde.sandbox" in _cmdline(pid)
+            and _processes().get(pid, ("", "", ""))[0] == str(grading_run.pid)
+        ]
         os.killpg(grading_run.pid, signal.SIGKILL)
         grading_run.wait(timeout=10)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             table = _processes()
-            left = [pid for pid, start in job if pid in table and table[pid][1] == start
-                    and table[pid][2] != "Z"]
+            left = [
+                pid for pid, start in job if pid in table and table[pid][1] == start and table[pid][2] != "Z"
+            ]
             if not left and not any(MARKER in _cmdline(pid) for pid in table):
                 break
             time.sleep(0.1)
@@ -520,7 +571,7 @@ def test_the_job_sees_a_minimal_etc_and_no_opt(identity, planted):
         import numpy as np, torch
         seen = {{'etc': sorted(os.listdir('/etc')) if os.path.isdir('/etc') else [],
                 'opt': sorted(os.listdir('/opt')) if os.path.isdir('/opt') else []}}
-        for path in ['/etc/shadow', '/etc/hostname', {str(planted or '/opt/none')!r}]:
+        for path in ['/etc/shadow', '/etc/hostname', {str(planted or "/opt/none")!r}]:
             try:
                 seen[path] = open(path).read()[:40]
             except OSError as exc:

@@ -53,16 +53,23 @@ NOBODY = 65534
 JACOBIAN = "softmax_jacobian"
 HONEST = {f"indep{n:02d}": code for n, code in enumerate(INDEPENDENT, start=1)} | {"course": COURSE}
 # who copied whom, and how it was hidden
-COPIES = {"mover": "course", "mover_locked": "indep02", "mover_other": "indep03", "padded": "indep06",
-          "badmeta": "course"}
+COPIES = {
+    "mover": "course",
+    "mover_locked": "indep02",
+    "mover_other": "indep03",
+    "padded": "indep06",
+    "badmeta": "course",
+}
 NESTED = ["deepjson", "deepparens", "deepplus", "deepminus", "deeplambda", "deepread"]
 BIG_CELL_CHARACTERS = 186_000
 
 
 def _scratch(n: int) -> str:
     """An honest learner's own scratch cell (tries the function on small inputs)."""
-    return (f"Q = np.ones(({n % 3 + 1}, 4))\nK = np.ones(({n % 4 + 2}, 4))\nV = np.ones(({n % 4 + 2}, 3))\n"
-            f"out, w = scaled_dot_product_attention(Q, K, V)\nprint(out.shape, w.sum(axis=-1))\n")
+    return (
+        f"Q = np.ones(({n % 3 + 1}, 4))\nK = np.ones(({n % 4 + 2}, 4))\nV = np.ones(({n % 4 + 2}, 3))\n"
+        f"out, w = scaled_dot_product_attention(Q, K, V)\nprint(out.shape, w.sum(axis=-1))\n"
+    )
 
 
 def _pad(code: str) -> str:
@@ -85,8 +92,11 @@ def big_cell(characters: int, names: int = 90, run: int = 100) -> str:
     shape that made the pairwise reordering quadratic (pairs x names x names)."""
     lines, total, s = [], 0, 0
     while total < characters:
-        line = (", ".join(f"w{s}_{i}" for i in range(names)) + " = "
-                + ", ".join(f"a{s % run}_{i}" for i in range(names)))
+        line = (
+            ", ".join(f"w{s}_{i}" for i in range(names))
+            + " = "
+            + ", ".join(f"a{s % run}_{i}" for i in range(names))
+        )
         if s % run == run - 1:
             line += "\nassert True"  # ends the run of assignments
         lines.append(line)
@@ -117,8 +127,20 @@ def build_class(submitted: Path) -> None:
     nb.cells.append(_added_cell(COURSE))
     _write(submitted, "mover", nb)
     nb = _notebook(CH3, SDPA, None)  # in a cell that calls itself a locked test
-    nb.cells.insert(5, _added_cell(INDEPENDENT[1], {"grade_id": "test_made_up", "locked": True, "grade": True,
-                                                    "solution": False, "points": 0, "schema_version": 3}))
+    nb.cells.insert(
+        5,
+        _added_cell(
+            INDEPENDENT[1],
+            {
+                "grade_id": "test_made_up",
+                "locked": True,
+                "grade": True,
+                "solution": False,
+                "points": 0,
+                "schema_version": 3,
+            },
+        ),
+    )
     _write(submitted, "mover_locked", nb)
     nb = _notebook(CH3, SDPA, None)  # in the next exercise's cell, after its stub
     (jacobian,) = [c for c in nb.cells if nbgrader_metadata(c).get("grade_id") == JACOBIAN]
@@ -127,10 +149,13 @@ def build_class(submitted: Path) -> None:
     _write(submitted, "padded", _notebook(CH3, SDPA, _pad(INDEPENDENT[5])))
     _write(submitted, "big", _notebook(CH3, SDPA, big_cell(BIG_CELL_CHARACTERS)))
     plus = f"def {SDPA}(Q, K, V, mask=None):\n    return " + " + ".join(["Q"] * 45_000)
-    for student, code in [("deepparens", "x = " + "(" * 99_000 + "1" + ")" * 99_000), ("deepplus", plus),
-                          ("deepminus", "x = " + "-" * 100_000 + "1"),
-                          ("deeplambda", "f = " + "lambda: " * 3_000 + "1"),
-                          ("deepread", "x = " + "-" * 900 + "1")]:  # parses; too deep to walk
+    for student, code in [
+        ("deepparens", "x = " + "(" * 99_000 + "1" + ")" * 99_000),
+        ("deepplus", plus),
+        ("deepminus", "x = " + "-" * 100_000 + "1"),
+        ("deeplambda", "f = " + "lambda: " * 3_000 + "1"),
+        ("deepread", "x = " + "-" * 900 + "1"),
+    ]:  # parses; too deep to walk
         _write(submitted, student, _notebook(CH3, SDPA, code))
     text = json.loads(nbformat.writes(_notebook(CH3, SDPA, COURSE)))
     text["cells"][0]["metadata"]["deep"] = "HERE"
@@ -158,8 +183,17 @@ def reported(request):
     os.chmod(root, 0o755)
     submitted, out = root / "submitted", root / "report"
     build_class(submitted)
-    command = [sys.executable, "-m", "grader", "similarity", str(submitted), "--out", str(out),
-               "--source", str(SOLUTIONS)]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "similarity",
+        str(submitted),
+        "--out",
+        str(out),
+        "--source",
+        str(SOLUTIONS),
+    ]
     restore = []
     if request.param == "user" and os.getuid() == 0:
         restore = _open_path_to_python()
@@ -167,8 +201,14 @@ def reported(request):
         command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
     try:
         started = time.monotonic()
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900,
-                              env={**os.environ, "HOME": str(root)})
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=900,
+            env={**os.environ, "HOME": str(root)},
+        )
         seconds = time.monotonic() - started
         print(f"{request.param}: the report took {seconds:.1f} s ({done.stdout.strip()})")
         rows, page = [], ""
@@ -184,8 +224,11 @@ def reported(request):
 
 
 def _pairs(reported: dict, exercise: str = SDPA) -> dict[frozenset[str], float]:
-    return {frozenset((r["student_a"], r["student_b"])): float(r["score"]) for r in reported["rows"]
-            if r["exercise"] == exercise}
+    return {
+        frozenset((r["student_a"], r["student_b"])): float(r["score"])
+        for r in reported["rows"]
+        if r["exercise"] == exercise
+    }
 
 
 def _not_compared(page: str) -> dict[str, list[str]]:
@@ -268,6 +311,7 @@ def _lines_executed(function, *args) -> int:
 
 def _read(code: str) -> None:
     from grader.similarity.normalise import normalise, parse_cell
+
     normalise(parse_cell(code))
 
 
@@ -275,10 +319,15 @@ def _read(code: str) -> None:
 def test_reading_grows_linearly_with_the_code(shape):
     """Doubling the cell about doubles the work: at most 2.4 times, where the pairwise
     reordering did 4 times (pairs x names x names)."""
+
     def cell(scale: int) -> str:
         if shape == "names per assignment":
-            return "\n".join(", ".join(f"w{s}_{i}" for i in range(10 * scale)) + " = "
-                             + ", ".join(f"a{s}_{i}" for i in range(10 * scale)) for s in range(40))
+            return "\n".join(
+                ", ".join(f"w{s}_{i}" for i in range(10 * scale))
+                + " = "
+                + ", ".join(f"a{s}_{i}" for i in range(10 * scale))
+                for s in range(40)
+            )
         lines = range(40 * scale)
         if shape == "assignments":
             return "\n".join(f"self.m{s % 7}.x{s} = self.m{(s + 3) % 7}.y + v{s % 5}" for s in lines)
@@ -326,8 +375,10 @@ def test_the_linear_reordering_is_the_pairwise_one():
     names = ["a", "a.b", "a.b.c", "a.c", "b", "b.a", "self", "self.W", "self.W.x", "self.V", "c"]
     for _ in range(3_000):
         r = rng.randint(1, 12)
-        effects = [({n for n in names if rng.random() < 0.15}, {n for n in names if rng.random() < 0.2})
-                   for _ in range(r)]
+        effects = [
+            ({n for n in names if rng.random() < 0.15}, {n for n in names if rng.random() < 0.2})
+            for _ in range(r)
+        ]
         read = [([rng.choice("xyz") for _ in range(rng.randint(1, 3))], [j]) for j in range(r)]
         assert canonical_order(effects, read) == _pairwise_order(effects, read), effects
 

@@ -81,8 +81,9 @@ def watch(request):
         _stop(watch, root, restore)
 
 
-def _stage(watch, student: str, notebook, *, at: datetime | None = None, secret: bool = True,
-           timestamp: bool = True) -> Path:
+def _stage(
+    watch, student: str, notebook, *, at: datetime | None = None, secret: bool = True, timestamp: bool = True
+) -> Path:
     """An nbgrader submission folder, written outside INBOUND (moved in by :func:`_hand_in`)."""
     stamp = (at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
     random = base64.urlsafe_b64encode(os.urandom(9)).decode()
@@ -158,8 +159,9 @@ def _watch_listing(folder: Path) -> int:
     return fd
 
 
-def _swap_when_listed(events: int, folder: Path, link: Path, swapped: threading.Event,
-                      stop: threading.Event) -> None:
+def _swap_when_listed(
+    events: int, folder: Path, link: Path, swapped: threading.Event, stop: threading.Event
+) -> None:
     """Exchange ``folder`` and ``link`` as soon as someone has read ``folder`` (``events``:
     :func:`_watch_listing`'s descriptor)."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -171,7 +173,7 @@ def _swap_when_listed(events: int, folder: Path, link: Path, swapped: threading.
         while data:
             _wd, mask, _cookie, size = struct.unpack_from("iIII", data)
             closed |= bool(mask & IN_CLOSE_NOWRITE) and size == 0  # the folder itself, not a file in it
-            data = data[16 + size:]
+            data = data[16 + size :]
         if closed:
             done = libc.renameat2(AT_FDCWD, os.fsencode(folder), AT_FDCWD, os.fsencode(link), RENAME_EXCHANGE)
             if done == 0:
@@ -188,8 +190,9 @@ def test_a_folder_swapped_for_a_symlink_while_it_is_walked_is_never_read_through
     swapped, stop = threading.Event(), threading.Event()
     events = _watch_listing(staged)
     folder = watch.inbound / staged.name
-    thread = threading.Thread(target=_swap_when_listed, args=(events, folder, link, swapped, stop),
-                              daemon=True)
+    thread = threading.Thread(
+        target=_swap_when_listed, args=(events, folder, link, swapped, stop), daemon=True
+    )
     thread.start()
     try:
         _hand_in(watch, staged)
@@ -215,8 +218,10 @@ def test_a_classmates_id_in_another_users_folder_is_flagged_and_keeps_the_grade(
     assert "10 / 10" in watch.feedback(secret)
     later = datetime.now(UTC) + timedelta(minutes=5)  # newer than carol's own: it would win by name
     attack = _hand_in(watch, _stage(watch, "carol", learner_notebook(A), at=later), owner=BIN)
-    watch.wait_for(lambda: attack.name in watch.log() or _result(watch, "carol")["score"] != FULL,
-                   "the watcher to look at the forged folder")
+    watch.wait_for(
+        lambda: attack.name in watch.log() or _result(watch, "carol")["score"] != FULL,
+        "the watcher to look at the forged folder",
+    )
     _marker(watch, "carol-classmate")
     result = _result(watch, "carol")
     assert result["score"] == FULL and result["status"] == "graded", result
@@ -315,8 +320,9 @@ def test_a_notebook_of_300000_cells_is_refused_quickly_and_holds_up_no_classmate
     watch.feedback(secret)
     alone = time.monotonic() - arrived
     cell = '{"cell_type": "raw", "metadata": {}, "source": ""}'
-    hog = ('{"cells": [' + ", ".join([cell] * 300_000)
-           + '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    hog = (
+        '{"cells": [' + ", ".join([cell] * 300_000) + '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
     assert len(hog) > 14 * 2**20
     staged = _stage(watch, "hog", hog)
     classmate = _stage(watch, "kim", solved_notebook(A))

@@ -188,15 +188,20 @@ def call_attention(fn: Any, i: dict[str, Any]) -> Arrays:
     Q = i["Q"].view(RowCounter)  # (n_q, d_k), the same memory: in-place writes still show
     result = fn(Q, i["K"], i["V"])
     output, weights = unpack(result, ("output", "weights"), "dot_product_attention")
-    return {"output": np.asarray(output), "weights": np.asarray(weights),
-            "rows_taken_one_at_a_time": np.array([float(Q.counter[0])])}
+    return {
+        "output": np.asarray(output),
+        "weights": np.asarray(weights),
+        "rows_taken_one_at_a_time": np.array([float(Q.counter[0])]),
+    }
 
 
 def unscaled_attention_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
     looped = got.get("rows_taken_one_at_a_time")
     if looped is not None and looped.size and looped.ravel()[0] > 0:
-        return ["Your function takes the queries one row at a time (a Python loop over Q): stack "
-                "them and use one matrix product, Q @ K.T, for every query at once."]
+        return [
+            "Your function takes the queries one row at a time (a Python loop over Q): stack "
+            "them and use one matrix product, Q @ K.T, for every query at once."
+        ]
     return nan_hint(got, "weights", "the weights") or sums_hint(
         got, "weights", "Each query's weights", expected["weights"].shape
     )

@@ -200,8 +200,11 @@ def call_decode(fn: Any, inputs: Inputs) -> Arrays:
     # the rules as their purpose: the source is never encoded again (zero calls is right when
     # nothing is decoded, max_len = 0), and no call of decode splits the batch (a batch of one
     # cannot be split: any decode is whole there)
-    return {"ids": ids, "encode_at_most_once": np.array(model.encode_calls <= 1),
-            "smallest_decode_batch": np.array(min(model.decode_batches, default=len(src)))}
+    return {
+        "ids": ids,
+        "encode_at_most_once": np.array(model.encode_calls <= 1),
+        "smallest_decode_batch": np.array(min(model.decode_batches, default=len(src))),
+    }
 
 
 def describe_decode(params: dict[str, Any]) -> str:
@@ -266,31 +269,51 @@ def decode_models(inputs: Inputs, want: np.ndarray) -> list[tuple[str, Callable[
     right ids) or from the toy model's logits on the returned ids, never by decoding."""
     eos, max_len, T = inputs["eos_id"], inputs["max_len"], want.shape[1]
     return [
-        ("Every step produced the token of the first step again: either the next token was read "
-         "from the logits of the first position (logits[:, 0]; the last is logits[:, -1]), or "
-         "the decoder was fed the same input each time (tgt must grow: append each new token "
-         "with torch.cat and decode the whole tgt again).",
-         lambda ids: ids.shape[1] > 1 and _stops_right(inputs, ids)
-         and np.array_equal(ids, np.repeat(want[:, :1], ids.shape[1], axis=1))),
-        ("Each step was fed only the newest token (tgt = next_id[:, None]) instead of BOS and "
-         "every token so far: the model must see the whole prefix, at its positions.",
-         lambda ids: _first_break(inputs, ids, _next_tokens_after_newest(inputs, ids)) is None
-         and _stops_right(inputs, ids)),
-        ("The first generated token is missing: return tgt[:, 1:] (drop the BOS only), not "
-         "tgt[:, 2:].",
-         lambda ids: T > 1 and np.array_equal(ids, want[:, 1:])),
-        (f"Decoding made max_len - 1 = {max_len - 1} tokens: max_len counts the generated tokens, "
-         "not the BOS (range(max_len) steps).",
-         lambda ids: T == max_len > 1 and np.array_equal(ids, want[:, :-1])),
-        ("Decoding stopped one step late: a column of eos_id after every sentence had finished "
-         "(update finished with the new tokens before testing finished.all()).",
-         lambda ids: T + 1 < max_len and np.array_equal(ids, _padded(want, T + 1, eos))),
-        (f"Decoding ran all {max_len} steps although every sentence had emitted EOS by step "
-         f"{T - 1}: stop as soon as all of them have finished.",
-         lambda ids: T < max_len and np.array_equal(ids, _padded(want, max_len, eos))),
-        ("Decoding stopped too early: it must go on until EVERY sentence of the batch has "
-         "emitted EOS (or max_len tokens were produced).",
-         lambda ids: 0 < ids.shape[1] < T - (T == max_len) and np.array_equal(ids, want[:, : ids.shape[1]])),
+        (
+            "Every step produced the token of the first step again: either the next token was read "
+            "from the logits of the first position (logits[:, 0]; the last is logits[:, -1]), or "
+            "the decoder was fed the same input each time (tgt must grow: append each new token "
+            "with torch.cat and decode the whole tgt again).",
+            lambda ids: (
+                ids.shape[1] > 1
+                and _stops_right(inputs, ids)
+                and np.array_equal(ids, np.repeat(want[:, :1], ids.shape[1], axis=1))
+            ),
+        ),
+        (
+            "Each step was fed only the newest token (tgt = next_id[:, None]) instead of BOS and "
+            "every token so far: the model must see the whole prefix, at its positions.",
+            lambda ids: (
+                _first_break(inputs, ids, _next_tokens_after_newest(inputs, ids)) is None
+                and _stops_right(inputs, ids)
+            ),
+        ),
+        (
+            "The first generated token is missing: return tgt[:, 1:] (drop the BOS only), not tgt[:, 2:].",
+            lambda ids: T > 1 and np.array_equal(ids, want[:, 1:]),
+        ),
+        (
+            f"Decoding made max_len - 1 = {max_len - 1} tokens: max_len counts the generated tokens, "
+            "not the BOS (range(max_len) steps).",
+            lambda ids: T == max_len > 1 and np.array_equal(ids, want[:, :-1]),
+        ),
+        (
+            "Decoding stopped one step late: a column of eos_id after every sentence had finished "
+            "(update finished with the new tokens before testing finished.all()).",
+            lambda ids: T + 1 < max_len and np.array_equal(ids, _padded(want, T + 1, eos)),
+        ),
+        (
+            f"Decoding ran all {max_len} steps although every sentence had emitted EOS by step "
+            f"{T - 1}: stop as soon as all of them have finished.",
+            lambda ids: T < max_len and np.array_equal(ids, _padded(want, max_len, eos)),
+        ),
+        (
+            "Decoding stopped too early: it must go on until EVERY sentence of the batch has "
+            "emitted EOS (or max_len tokens were produced).",
+            lambda ids: (
+                0 < ids.shape[1] < T - (T == max_len) and np.array_equal(ids, want[:, : ids.shape[1]])
+            ),
+        ),
     ]
 
 
@@ -299,15 +322,21 @@ def decode_where_wrong(inputs: Inputs, ids: np.ndarray, want: np.ndarray) -> lis
     follows them, how the length differs."""
     at = _first_break(inputs, ids, _next_tokens_after_prefixes(inputs, ids))
     if at is None:
-        return [f"Every returned token follows from the model's logits, but the output has "
-                f"{ids.shape[1]} steps where {want.shape[1]} are expected: check when the loop stops."]
+        return [
+            f"Every returned token follows from the model's logits, but the output has "
+            f"{ids.shape[1]} steps where {want.shape[1]} are expected: check when the loop stops."
+        ]
     step, b = at
     if (ids[b, :step] == inputs["eos_id"]).any():
-        return [f"Sentence {b} goes on after its EOS: at step {step} (0 = the first generated token) "
-                f"it has token {ids[b, step]}, where a finished sentence only repeats eos_id."]
-    return [f"The first wrong token is at step {step} (0 = the first generated token) of sentence "
-            f"{b}: {ids[b, step]}, where the argmax of the logits after BOS and the tokens before "
-            f"it is {_next_tokens_after_prefixes(inputs, ids)[b, step]}."]
+        return [
+            f"Sentence {b} goes on after its EOS: at step {step} (0 = the first generated token) "
+            f"it has token {ids[b, step]}, where a finished sentence only repeats eos_id."
+        ]
+    return [
+        f"The first wrong token is at step {step} (0 = the first generated token) of sentence "
+        f"{b}: {ids[b, step]}, where the argmax of the logits after BOS and the tokens before "
+        f"it is {_next_tokens_after_prefixes(inputs, ids)[b, step]}."
+    ]
 
 
 def decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
@@ -316,11 +345,15 @@ def decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
         return ["greedy_decode should return one row of token ids per sentence: shape (B, T)."]
     hints = []
     if "encode_at_most_once" in got and not got["encode_at_most_once"]:
-        hints.append("model.encode ran more than once: encode the source once, before the loop "
-                     "(the memory does not change while the target grows).")
+        hints.append(
+            "model.encode ran more than once: encode the source once, before the loop "
+            "(the memory does not change while the target grows)."
+        )
     if "smallest_decode_batch" in got and int(got["smallest_decode_batch"]) < len(inputs["src"]):
-        hints.append("Decode the whole batch at every step (one call for all sentences), never one "
-                     "sentence at a time: finished sentences are padded with EOS.")
+        hints.append(
+            "Decode the whole batch at every step (one call for all sentences), never one "
+            "sentence at a time: finished sentences are padded with EOS."
+        )
     want = expected["ids"].astype(np.int64)
     if len(ids) != len(want) or np.array_equal(ids, want):
         return hints  # another output is wrong (or the batch is): the checks above say which
@@ -331,8 +364,11 @@ def decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
         return [*hints, "greedy_decode returned no tokens: it should take at least one step (max_len >= 1)."]
     vocab = len(inputs["W_next"])
     if ids.min() < 0 or ids.max() >= vocab:
-        return [*hints, f"Some ids are outside the vocabulary 0-{vocab - 1}: return the generated "
-                        "target tokens (argmax over the vocabulary), not the source."]
+        return [
+            *hints,
+            f"Some ids are outside the vocabulary 0-{vocab - 1}: return the generated "
+            "target tokens (argmax over the vocabulary), not the source.",
+        ]
     named = [note for note, explains in decode_models(inputs, want) if explains(ids)]
     return hints + (named or decode_where_wrong(inputs, ids, want))
 
@@ -363,9 +399,11 @@ CASES = [
         call=call_decode,
         describe=describe_decode,
         hints=decode_hints,
-        labels={"encode_at_most_once": "whether model.encode was called at most once (1 = yes)",
-                "smallest_decode_batch": "the smallest batch model.decode was given (the whole "
-                                         "batch, every step)"},
+        labels={
+            "encode_at_most_once": "whether model.encode was called at most once (1 = yes)",
+            "smallest_decode_batch": "the smallest batch model.decode was given (the whole "
+            "batch, every step)",
+        },
     ),
 ]
 # the NumPy exercises of this chapter keep the course's NumPy conventions (float64 results,

@@ -59,8 +59,9 @@ def make_online_inputs(
         Q[..., 0] = -logit_scale * np.sqrt(d_k)  # score = -logit_scale + (the other features) / sqrt(d_k)
         K[..., 0] = 1.0
         shape = (*batch, n_q, n_k)
-        visible = (np.ones(shape, dtype=bool) if mask_array is None
-                   else np.broadcast_to(mask_array, shape).copy())
+        visible = (
+            np.ones(shape, dtype=bool) if mask_array is None else np.broadcast_to(mask_array, shape).copy()
+        )
         visible[..., 0] = True
         visible[..., block_size : 2 * block_size] = False
         mask_array = visible  # (*B, n_q, n_k)
@@ -78,8 +79,10 @@ def describe_online(params: dict[str, Any]) -> str:
         f"{describe_mask(params['mask'])}"
     )
     if params.get("extreme") == "hidden_after_negative":
-        return text + (f", every score about -{params['logit_scale']:g} and the second block of "
-                       "keys hidden from every query")
+        return text + (
+            f", every score about -{params['logit_scale']:g} and the second block of "
+            "keys hidden from every query"
+        )
     if params["logit_scale"] != 1.0:
         text += f", scores of order +-{params['logit_scale']:g}"
     return text
@@ -107,15 +110,25 @@ def make_memory_inputs(
     Q = normal(rng, n_q, 2)  # (n_q, 2)
     K_rows, V_rows = normal(rng, distinct, 2), normal(rng, distinct, 3)  # (m, 2), (m, 3)
     which = rng.permutation(np.arange(n_k) % distinct)  # (n_k,) the row each key repeats
-    return {"Q": Q, "K": K_rows[which], "V": V_rows[which], "mask": None, "block_size": block_size,
-            "K_rows": K_rows, "V_rows": V_rows, "counts": np.bincount(which, minlength=distinct)}
+    return {
+        "Q": Q,
+        "K": K_rows[which],
+        "V": V_rows[which],
+        "mask": None,
+        "block_size": block_size,
+        "K_rows": K_rows,
+        "V_rows": V_rows,
+        "counts": np.bincount(which, minlength=distinct),
+    }
 
 
 def describe_memory(params: dict[str, Any]) -> str:
     full = params["n_q"] * params["n_k"] * 8
-    return (f"{params['n_q']} queries and {params['n_k']} keys in blocks of {params['block_size']}: "
-            f"the whole (n_q, n_k) score matrix would take {full / 2**20:.0f} MiB, more than the "
-            f"{MEMORY_CASE_BUDGET // 2**20} MiB this test may allocate when graded")
+    return (
+        f"{params['n_q']} queries and {params['n_k']} keys in blocks of {params['block_size']}: "
+        f"the whole (n_q, n_k) score matrix would take {full / 2**20:.0f} MiB, more than the "
+        f"{MEMORY_CASE_BUDGET // 2**20} MiB this test may allocate when graded"
+    )
 
 
 def call_online(fn: Any, inputs: dict[str, Any]) -> Arrays:
@@ -158,8 +171,10 @@ def online_where_wrong(inputs: dict[str, Any], out: np.ndarray, expected: np.nda
         text += f", batch items {index_ranges(items)} (flattened, of 0-{wrong.size // wrong.shape[-1] - 1})"
     grows = np.broadcast_to(_max_grows_after_first_block(inputs), wrong.shape)
     if inputs["K"].shape[-2] > inputs["block_size"] and np.array_equal(wrong, grows):
-        text += ("; they are exactly the queries whose largest score comes after the first block, "
-                 "where the running max grows: look at the rescaling by exp(m_old - m_new)")
+        text += (
+            "; they are exactly the queries whose largest score comes after the first block, "
+            "where the running max grows: look at the rescaling by exp(m_old - m_new)"
+        )
     return [text + "."]
 
 
@@ -288,11 +303,16 @@ def cache_where_wrong(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> 
             want, mine = expected[f"{name}_step{s}"], got.get(f"{name}_step{s}")
             if mine is None or reproduces(want, mine, 0.0, 0.0):
                 continue
-            where = (f"it has shape {mine.shape}, expected {want.shape}" if mine.shape != want.shape else
-                     f"positions {index_ranges(wrong_along(wrong_entries(mine, want, 0.0, 0.0), -2))} of "
-                     f"0-{b - 1} are wrong")
-            return [f"The first wrong result of append is at step {s} (adding positions "
-                    f"{index_ranges(range(a, b))} to {a} cached ones), in its {name}: {where}."]
+            where = (
+                f"it has shape {mine.shape}, expected {want.shape}"
+                if mine.shape != want.shape
+                else f"positions {index_ranges(wrong_along(wrong_entries(mine, want, 0.0, 0.0), -2))} of "
+                f"0-{b - 1} are wrong"
+            )
+            return [
+                f"The first wrong result of append is at step {s} (adding positions "
+                f"{index_ranges(range(a, b))} to {a} cached ones), in its {name}: {where}."
+            ]
     return []
 
 
@@ -379,8 +399,10 @@ CACHED_ATOL, CACHED_RTOL = 1e-9, 1e-7
 
 def _steps_right(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[bool]:
     """For each chunk, whether its output is right at the case's tolerance."""
-    return [reproduces(expected[f"out_step{s}"], got.get(f"out_step{s}"), CACHED_ATOL, CACHED_RTOL)
-            for s in range(len(inputs["chunks"]))]
+    return [
+        reproduces(expected[f"out_step{s}"], got.get(f"out_step{s}"), CACHED_ATOL, CACHED_RTOL)
+        for s in range(len(inputs["chunks"]))
+    ]
 
 
 def _heads_before_w_o(inputs: dict[str, Any], out: np.ndarray) -> np.ndarray:
@@ -412,10 +434,12 @@ def _heads_sentence(inputs: dict[str, Any], mine: np.ndarray, want: np.ndarray) 
     if len(wrong) == h:
         return "Taken back through W_o, every head of that chunk is wrong (not one head's slice)."
     right = [i for i in range(h) if i not in set(wrong.tolist())]
-    return (f"Taken back through W_o, head{'s' if len(wrong) > 1 else ''} {index_ranges(wrong)} of that "
-            f"chunk {'are' if len(wrong) > 1 else 'is'} wrong and head{'s' if len(right) > 1 else ''} "
-            f"{index_ranges(right)} right: look at what the wrong heads do differently (head i is "
-            "columns i * d_head to (i + 1) * d_head - 1 of q, k and v).")
+    return (
+        f"Taken back through W_o, head{'s' if len(wrong) > 1 else ''} {index_ranges(wrong)} of that "
+        f"chunk {'are' if len(wrong) > 1 else 'is'} wrong and head{'s' if len(right) > 1 else ''} "
+        f"{index_ranges(right)} right: look at what the wrong heads do differently (head i is "
+        "columns i * d_head to (i + 1) * d_head - 1 of q, k and v)."
+    )
 
 
 def cached_where_wrong(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
@@ -452,11 +476,15 @@ def cached_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[
         )
     lengths, want = got.get("lengths"), expected.get("lengths")
     if lengths is not None and want is not None and lengths.shape == want.shape and (lengths != want).any():
-        hints.append(f"len(self.cache) after each chunk was {lengths.astype(int).tolist()}, expected "
-                     f"{want.astype(int).tolist()}.")
+        hints.append(
+            f"len(self.cache) after each chunk was {lengths.astype(int).tolist()}, expected "
+            f"{want.astype(int).tolist()}."
+        )
         if np.array_equal(lengths, 2 * want):
-            hints.append("Each chunk was appended to the cache twice: call self.cache.append once per "
-                         "forward and attend to the keys and values it returns.")
+            hints.append(
+                "Each chunk was appended to the cache twice: call self.cache.append once per "
+                "forward and attend to the keys and values it returns."
+            )
     # the classic bugs are named by the judge from their outputs (grader.exercises.ch07): a
     # model of the layer's outputs held here would be the layer
     return hints or cached_where_wrong(inputs, expected, got)

@@ -362,7 +362,8 @@ def call_flash_gradients(cls: Any, inputs: dict[str, Any]) -> Arrays:
         # autograd's engine called directly (what torch.autograd.grad runs): torch.autograd.grad
         # itself is what FlashAttention's backward may not call, and is traced as such
         grads = torch.autograd.Variable._execution_engine.run_backward(
-            (out,), (dO,), False, False, tuple(leaves), True, False)
+            (out,), (dO,), False, False, tuple(leaves), True, False
+        )
     except RuntimeError as exc:
         if "invalid gradient at index" in str(exc):
             raise RuntimeError(
