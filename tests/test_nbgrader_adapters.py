@@ -16,7 +16,7 @@ import nbgrader.api
 import pytest
 from nbgrader.converters.autograde import Autograde
 from nbgrader.nbgraderformat import common as nbgrader_format
-from nbgrader.preprocessors import latesubmissions, overwritecells, saveautogrades
+from nbgrader.preprocessors import latesubmissions, overwritecells, overwritekernelspec, saveautogrades
 from packaging.specifiers import SpecifierSet
 
 from grader.autograde import nbgrader_adapters as adapters
@@ -55,7 +55,7 @@ def test_lend_gives_the_name_back_also_after_an_error():
     assert nbgrader_format.jsonschema is original
 
 
-@pytest.mark.parametrize("module", [overwritecells, latesubmissions, saveautogrades])
+@pytest.mark.parametrize("module", [overwritecells, overwritekernelspec, latesubmissions, saveautogrades])
 def test_the_lent_gradebook_is_given_back(module):
     with adapters.lent_gradebook(module, object()):
         assert module.Gradebook is not nbgrader.api.Gradebook
@@ -83,10 +83,11 @@ def _notebook_with_a_grade_cell() -> nbformat.NotebookNode:
     "module, make",
     [
         (overwritecells, lambda gb: adapters.SharedOverwriteCells(SourceCells(gb))),
+        (overwritekernelspec, lambda gb: adapters.SharedOverwriteKernelspec(SourceCells(gb))),
         (latesubmissions, lambda gb: adapters.SharedAssignLatePenalties(gb)),
         (saveautogrades, lambda gb: adapters.SharedSaveAutoGrades(gb)),
     ],
-    ids=["OverwriteCells", "AssignLatePenalties", "SaveAutoGrades"],
+    ids=["OverwriteCells", "OverwriteKernelspec", "AssignLatePenalties", "SaveAutoGrades"],
 )
 def test_each_shared_preprocessor_uses_the_run_gradebook_and_gives_nbgrader_its_own_back(module, make):
     gradebook = StandInGradebook(module)

@@ -1,5 +1,6 @@
 """The run's gradebook: opened once (nbgrader's Gradebook, tuned for SQLite), the source's cell
-records read once, and a one-line message when the database cannot be opened.
+records read once, a submission's rows written in one transaction, and a one-line message
+when the database cannot be opened.
 
 nbgrader's gradebook preprocessors share this open gradebook through
 ``nbgrader_adapters`` (its ``Shared*`` preprocessors and :class:`SourceCells` here).
@@ -7,11 +8,14 @@ nbgrader's gradebook preprocessors share this open gradebook through
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import sqlalchemy
 from nbgrader.api import Gradebook
 
+from grader.autograde import phases
 from grader.autograde.nbgrader_adapters import alembic_head_in_process
 
 _HINTS = [  # (words in the driver's message, what to fix)
@@ -83,7 +87,42 @@ def open_gradebook(db_url: str) -> Gradebook:
         gradebook.db.remove()
         gradebook.engine.dispose()  # reconnect with the pragmas
         gradebook.db.execute(text("SELECT 1"))
+    # what the run costs the database, counted (GRADER_PHASES): its transactions and statements
+    event.listen(gradebook.engine, "commit", lambda _conn: phases.count("gradebook.commits"))
+    event.listen(
+        gradebook.engine, "before_cursor_execute", lambda *_args: phases.count("gradebook.statements")
+    )
     return gradebook
+
+
+@contextmanager
+def one_transaction(gradebook: Gradebook) -> Iterator[None]:
+    """Everything nbgrader writes within the block, committed once at its end.
+
+    nbgrader's gradebook API commits after every row it touches: a submission's record,
+    each grade and comment, the late penalty, some twelve commits per notebook. Within the
+    block the session's ``commit`` is lent ``flush`` then ``expire_all``: the rows reach the
+    database in the same order, and every object is reloaded on its next use exactly as
+    after nbgrader's commit (its computed scores and penalties are SQL sums, read fresh),
+    but the transaction stays open; it is committed when the block ends, or rolled back
+    with all of the submission's rows if the block raises. A run interrupted mid-submission
+    leaves that submission out of the gradebook entirely, never half written.
+    """
+    session = gradebook.db  # nbgrader's scoped session: the same object every call sees
+
+    def commit_at_the_end() -> None:
+        session.flush()
+        session.expire_all()
+
+    session.commit = commit_at_the_end  # an attribute of this one session object
+    try:
+        yield
+    except BaseException:
+        del session.commit
+        session.rollback()
+        raise
+    del session.commit
+    session.commit()
 
 
 class SourceCells:
@@ -106,6 +145,10 @@ class SourceCells:
 
     def find_graded_cell(self, name: str, notebook: str, assignment: str) -> SimpleNamespace:
         return self._row("find_graded_cell", name, notebook, assignment)
+
+    def find_notebook(self, name: str, assignment: str) -> SimpleNamespace:
+        """The source notebook's record (its columns only, e.g. the kernelspec)."""
+        return self._row("find_notebook", name, assignment)
 
     def _row(self, method: str, *key: str) -> SimpleNamespace:
         if (method, *key) not in self._rows:

@@ -8,9 +8,10 @@ sees a lent name. Written for the nbgrader releases of :data:`NBGRADER_VERSIONS`
 (``tests/test_nbgrader_adapters.py`` checks the installed one and that every name is given
 back):
 
-- ``Gradebook`` in ``overwritecells``, ``latesubmissions`` and ``saveautogrades``: these
-  preprocessors open (and migrate-check) a new gradebook for every notebook, over 100 ms
-  each; the ``Shared*`` subclasses lend them the run's open one (:func:`lent_gradebook`);
+- ``Gradebook`` in ``overwritecells``, ``overwritekernelspec``, ``latesubmissions`` and
+  ``saveautogrades``: these preprocessors open (and migrate-check) a new gradebook for every
+  notebook, over 10 ms each; the ``Shared*`` subclasses lend them the run's open one
+  (:func:`lent_gradebook`), and the first two the source's records read once per run;
 - ``jsonschema`` in ``nbgrader.nbgraderformat.common``: CheckCellMetadata re-checks its
   schema against the meta-schema for every cell; :func:`compiled_metadata_schemas` lends a
   validator that compiles each schema once;
@@ -46,6 +47,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
     latesubmissions,
     overwritecells,
+    overwritekernelspec,
     saveautogrades,
 )
 
@@ -81,15 +83,18 @@ def nbgrader_resources(db_url: str, assignment: str, notebook: str, student: str
 class _Lent:
     """The run's open gradebook, lent to one nbgrader preprocessor: ``with`` leaves it open.
 
-    With ``source_cells``, its two lookups of source records answer from there.
+    With ``source_cells``, the lookups named in ``cached`` answer from there.
     """
 
-    def __init__(self, gradebook: Gradebook, source_cells: SourceCells | None = None) -> None:
+    def __init__(
+        self, gradebook: Gradebook, source_cells: SourceCells | None = None, cached: tuple[str, ...] = ()
+    ) -> None:
         self._gradebook = gradebook
         self._source_cells = source_cells
+        self._cached = cached
 
     def __getattr__(self, name: str) -> Any:
-        if self._source_cells is not None and name in ("find_source_cell", "find_graded_cell"):
+        if self._source_cells is not None and name in self._cached:
             return getattr(self._source_cells, name)
         return getattr(self._gradebook, name)
 
@@ -101,10 +106,11 @@ class _Lent:
 
 
 def lent_gradebook(
-    module: Any, gradebook: Gradebook, source_cells: SourceCells | None = None
+    module: Any, gradebook: Gradebook, source_cells: SourceCells | None = None, cached: tuple[str, ...] = ()
 ) -> AbstractContextManager[None]:
-    """For the duration of one call, ``module``'s ``Gradebook(db_url)`` is the run's ``gradebook``."""
-    lent = _Lent(gradebook, source_cells)
+    """For the duration of one call, ``module``'s ``Gradebook(db_url)`` is the run's ``gradebook``
+    (its lookups named in ``cached`` answered by ``source_cells``)."""
+    lent = _Lent(gradebook, source_cells, cached)
     return lend(module, "Gradebook", lambda *args, **kwargs: lent)
 
 
@@ -117,7 +123,27 @@ class SharedOverwriteCells(OverwriteCells):
         self.source_cells = source_cells
 
     def preprocess(self, nb, resources):
-        with lent_gradebook(overwritecells, self.source_cells.gradebook, self.source_cells):
+        with lent_gradebook(
+            overwritecells,
+            self.source_cells.gradebook,
+            self.source_cells,
+            ("find_source_cell", "find_graded_cell"),
+        ):
+            return super().preprocess(nb, resources)
+
+
+class SharedOverwriteKernelspec(OverwriteKernelspec):
+    """nbgrader's OverwriteKernelspec (the source's kernelspec wins), on the run's gradebook,
+    with the source notebook's record read once per run (``gradebook.SourceCells``)."""
+
+    def __init__(self, source_cells: SourceCells, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_cells = source_cells
+
+    def preprocess(self, nb, resources):
+        with lent_gradebook(
+            overwritekernelspec, self.source_cells.gradebook, self.source_cells, ("find_notebook",)
+        ):
             return super().preprocess(nb, resources)
 
 
@@ -229,7 +255,7 @@ def sanitizing_preprocessors(source_cells: SourceCells) -> list[NbGraderPreproce
     return [
         ClearOutput(),
         DeduplicateIdsCleanly(),
-        OverwriteKernelspec(),
+        SharedOverwriteKernelspec(source_cells),
         SharedOverwriteCells(source_cells),
         CheckCellMetadataOnce(),
     ]

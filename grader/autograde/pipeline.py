@@ -33,7 +33,7 @@ from grader.autograde.executor import Executor
 from grader.autograde.feedback import write_course_feedback
 from grader.autograde.folder_walk import TRUSTED, WalkedFile, code_fingerprint, copy_walked_file, walk_folder
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
-from grader.autograde.gradebook import SourceCells
+from grader.autograde.gradebook import SourceCells, one_transaction
 from grader.autograde.gradebook_entries import late_penalties, zero_in_gradebook
 from grader.autograde.inert_notebook import make_inert
 from grader.autograde.judge_pool import JudgePool, import_exercises, salted_cases
@@ -222,7 +222,8 @@ def _finish_safely(
     run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob], summary: Summary
 ) -> None:
     try:
-        _finish(run, sub, result, jobs)
+        with one_transaction(run.gradebook):  # the submission's rows, committed once
+            _finish(run, sub, result, jobs)
     except Exception as exc:  # a grader bug on one submission: say so, go on with the rest
         run.gradebook.db.rollback()
         result.status, result.tests = Status.CRASHED, []
