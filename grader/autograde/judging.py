@@ -100,7 +100,9 @@ def judge_close(want: ExpectedCheck, arrays: dict[str, np.ndarray]) -> str:
     what = str(want.params.get("what", ""))
     if got is None or expected is None:
         return f"the check {what!r} sent no readable output"
-    return close_message(got, expected, what, float(want.params.get("atol", 1e-6)))
+    return close_message(
+        got, expected, what, float(want.params.get("atol", 1e-6)), float(want.params.get("rtol", 1e-5))
+    )
 
 
 def judge_arrays(

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_learner.spec import Arrays, Inputs
+from attention_learner.spec import Arrays, Case, Inputs
+from attention_learner.tolerance import all_close
 
 
 def attention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
@@ -36,6 +37,6 @@ def attention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
             "give those rows zero weights and a zero output."
         )
     row_sums = np.nansum(weights, axis=-1)[~empty]
-    if row_sums.size and not np.allclose(row_sums, 1.0, atol=1e-6):
+    if row_sums.size and not all_close(row_sums, 1.0, Case.atol, Case.rtol):  # the cases' tolerance
         hints.append("The weights of each query should sum to 1 over the keys (last axis).")
     return hints

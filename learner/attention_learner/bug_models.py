@@ -16,13 +16,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from attention_learner.tolerance import close_entries, matches
+
 
 def reproduces(modelled: np.ndarray | None, got: np.ndarray | None, atol: float, rtol: float) -> bool:
     """Whether ``got`` is ``modelled``: the same shape and |got - modelled| <= atol + rtol |modelled|
     entry by entry (NaN where the model has NaN)."""
-    if modelled is None or got is None or np.shape(modelled) != np.shape(got):
-        return False
-    return bool(np.allclose(got, modelled, atol=atol, rtol=rtol, equal_nan=True))
+    return matches(got, modelled, atol, rtol)
 
 
 def index_ranges(indices: Sequence[int]) -> str:
@@ -39,9 +39,7 @@ def index_ranges(indices: Sequence[int]) -> str:
 def wrong_entries(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> np.ndarray:
     """Bool, the shape of both: True where |got - expected| > atol + rtol |expected| (or got is
     NaN or infinite where expected is finite)."""
-    with np.errstate(all="ignore"):
-        close = np.isclose(got, expected, atol=atol, rtol=rtol, equal_nan=True)
-    return ~close
+    return ~close_entries(got, expected, atol, rtol)
 
 
 def wrong_along(wrong: np.ndarray, axis: int) -> np.ndarray:

@@ -39,6 +39,7 @@ from attention_learner.cases import get_case
 from attention_learner.op_trace import call_traced, delegation_message
 from attention_learner.recording import CLOSE_CHECK, CheckRecord, drawn_seed, is_recording, record
 from attention_learner.spec import Arrays, Case, Inputs, to_numpy
+from attention_learner.tolerance import all_close, allowed, matches
 
 Judge = Callable[[str, dict[str, Any], Inputs, Arrays], str]
 
@@ -263,58 +264,58 @@ def compare(
     if bad.any():
         at = tuple(int(i) for i in np.argwhere(bad)[0])
         return f"{what} has {int(bad.sum())} NaN or infinite entries, first at index {at}"
-    if np.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=True):
+    if all_close(got, expected, atol, rtol):
         return ""
     with np.errstate(invalid="ignore"):  # inf - inf where both are infinite
         error = np.abs(got - expected)
     error = np.where(np.isnan(error), 0.0, error)
-    allowed = np.broadcast_to(atol + rtol * np.abs(expected), error.shape)
-    at = np.unravel_index(int(np.argmax(error / np.where(allowed > 0, allowed, np.inf))), error.shape)
-    if error[at] <= allowed[at]:  # only a NaN or an infinity out of place (allowed is finite)
+    limit = np.broadcast_to(allowed(expected, atol, rtol), error.shape)
+    at = np.unravel_index(int(np.argmax(error / np.where(limit > 0, limit, np.inf))), error.shape)
+    if error[at] <= limit[at]:  # only a NaN or an infinity out of place (limit is finite)
         at = np.unravel_index(int(np.argmax(error)), error.shape)
     at_text = tuple(int(i) for i in at)
     return (
         f"{what} differs from the expected value: the largest error beyond its tolerance is "
         f"{float(error[at]):.3g} at index {at_text} (expected {float(expected[at]):.6g}, got "
-        f"{float(got[at]):.6g}, allowed {float(allowed[at]):.2g})"
+        f"{float(got[at]):.6g}, allowed {float(limit[at]):.2g})"
     )
 
 
 def matching_bug(got: Arrays, bugs: list[tuple[str, Arrays]], atol: float, rtol: float) -> str:
     """The first classic bug (description, its outputs) whose outputs ``got`` reproduces, or ""."""
     for description, produced in bugs:
-        if produced and all(
-            k in got
-            and got[k].shape == v.shape
-            and np.allclose(got[k], v, atol=atol, rtol=rtol, equal_nan=True)
-            for k, v in produced.items()
-        ):
+        if produced and all(matches(got.get(k), v, atol, rtol) for k, v in produced.items()):
             return description
     return ""
 
 
-def check_close(got: Any, expected: Any, what: str, atol: float = 1e-6) -> None:
-    """A small visible assertion with a readable message, for hand-worked examples.
+def check_close(got: Any, expected: Any, what: str, atol: float = 1e-6, rtol: float = 1e-5) -> None:
+    """A small visible assertion with a readable message, for hand-worked examples; ``atol`` and
+    ``rtol`` are the tolerance of :mod:`attention_learner.tolerance` (a case's, where the example
+    is one).
 
     Under the grader it judges nothing: it records both arrays, and the parent compares the
     learner's ``got`` with the ``expected`` of the same call in the source's own run.
     """
     got_a, expected_a = to_numpy(got), to_numpy(expected)
-    params = {"what": str(what), "atol": float(atol)}
+    params = {"what": str(what), "atol": float(atol), "rtol": float(rtol)}
     if record(CheckRecord(CLOSE_CHECK, 0, params, {"got": got_a, "expected": expected_a})):
         return
-    message = close_message(got_a, expected_a, what, atol)
+    message = close_message(got_a, expected_a, what, atol, rtol)
     if message:
         raise AssertionError(message)
     _tally.passed += 1
 
 
-def close_message(got: np.ndarray, expected: np.ndarray, what: str, atol: float = 1e-6) -> str:
-    """ "" when ``got`` matches ``expected`` (shape, then values within atol and rtol 1e-5),
-    else what is wrong; :func:`check_close` and the grader's parent both decide with it."""
+def close_message(
+    got: np.ndarray, expected: np.ndarray, what: str, atol: float = 1e-6, rtol: float = 1e-5
+) -> str:
+    """ "" when ``got`` matches ``expected`` (shape, then values within ``atol`` and ``rtol``:
+    :func:`attention_learner.tolerance.close_entries`), else what is wrong; :func:`check_close`
+    and the grader's parent both decide with it, at the tolerance the check was called with."""
     if got.shape != expected.shape:
         return f"{what}: expected shape {expected.shape}, got {got.shape}"
-    if not np.allclose(got, expected, atol=atol, rtol=1e-5):
+    if not all_close(got, expected, atol, rtol):
         return (
             f"{what}: expected\n{np.array2string(expected, precision=4)}\n"
             f"got\n{np.array2string(got, precision=4)}"

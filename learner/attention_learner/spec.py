@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from attention_learner.tolerance import all_close, allowed
+
 Arrays = dict[str, np.ndarray]
 Inputs = dict[str, Any]
 
@@ -99,7 +101,7 @@ class Case:
         sizes, not with the sum), loosened only where terms cancel."""
         atol, rtol = self.tolerance(params)
         sizes = {} if self.magnitude is None else self.magnitude(self.full_params(params), inputs, expected)
-        return {key: atol + rtol * np.abs(sizes[key]) if key in sizes else atol for key in expected}
+        return {key: allowed(sizes[key], atol, rtol) if key in sizes else atol for key in expected}
 
     def __post_init__(self) -> None:
         adapter = self.call
@@ -127,7 +129,7 @@ class Case:
         if a.dtype.kind != "f":
             return bool(np.array_equal(a, b))
         atol, rtol = self.reproducible_tolerance
-        return bool(np.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True))
+        return all_close(a, b, atol, rtol)
 
     @property
     def function(self) -> str:

@@ -10,6 +10,10 @@ import numpy as np
 from attention_learner.conventions import numpy_case
 from attention_learner.inputs import normal
 from attention_learner.spec import Arrays, Case, Inputs, describe_params, describe_scale
+from attention_learner.tolerance import all_close
+
+#: the absolute tolerance jacobian_norms grades at (its hint checks entry 0 at the same)
+NORMS_ATOL = 1e-9
 
 # ---------------------------------------------------------------- the weights
 
@@ -121,7 +125,7 @@ def jacobian_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
         return []
     if norms.shape == (T - 1,):
         return ["There should be T entries, k = 0 .. T-1; entry 0 is the norm of the identity, 1."]
-    if norms.shape == (T,) and not np.isclose(norms[0], 1.0):
+    if norms.shape == (T,) and not all_close(norms[0], 1.0, NORMS_ATOL, Case.rtol):
         return ["Entry 0 is d h_T / d h_T, the identity matrix, whose norm is 1."]
     return []
 
@@ -147,7 +151,7 @@ CASES = [
         call=lambda fn, i: {"norms": fn(i["H"], i["W_hh"])},
         describe=describe_jacobian,
         hints=jacobian_hints,
-        atol=1e-9,
+        atol=NORMS_ATOL,
     ),
 ]
 CASES = [numpy_case(case) for case in CASES]  # every exercise of this chapter is NumPy

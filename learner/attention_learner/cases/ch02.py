@@ -10,6 +10,7 @@ import numpy as np
 from attention_learner.conventions import numpy_case
 from attention_learner.inputs import normal
 from attention_learner.spec import Arrays, Case, describe_params, describe_scale, unpack
+from attention_learner.tolerance import all_close
 
 
 def nan_hint(got: Arrays, key: str, what: str) -> list[str]:
@@ -28,7 +29,7 @@ def sums_hint(got: Arrays, key: str, what: str, expected_shape: tuple[int, ...],
     value = got.get(key)
     if value is None or value.shape != expected_shape or not np.isfinite(value).all():
         return []
-    if not np.allclose(value.sum(axis=axis), 1.0, atol=1e-6):
+    if not all_close(value.sum(axis=axis), 1.0, Case.atol, Case.rtol):  # these cases' tolerance
         return [f"{what} should sum to 1 along axis {axis}; yours do not."]
     return []
 

@@ -12,7 +12,11 @@ from attention_learner.attention_hints import attention_hints
 from attention_learner.conventions import numpy_case
 from attention_learner.inputs import attention_mask, describe_mask, normal
 from attention_learner.spec import Arrays, Case, Inputs, describe_scale, unpack
+from attention_learner.tolerance import all_close, matches
 from attention_learner.torch_cases import backward, tensor
+
+#: the absolute tolerance softmax_jacobian grades at (its hint checks the column sums at the same)
+JACOBIAN_ATOL = 1e-8
 
 # ---------------------------------------------------------------- attention cases
 
@@ -170,8 +174,7 @@ def gradient_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
         name[1]
         for name in ("dQ", "dK", "dV")
         if name in got
-        and got[name].shape == expected[name].shape
-        and not np.allclose(got[name], expected[name], atol=1e-6, rtol=1e-5, equal_nan=True)
+        and not matches(got[name], expected[name], Case.atol, Case.rtol)  # the gradients case's tolerance
     ]
     if not off:
         return []
@@ -202,7 +205,7 @@ def describe_jacobian(p: dict[str, Any]) -> str:
 
 def jacobian_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     jac = got.get("jacobian")
-    if jac is not None and jac.ndim == 2 and not np.allclose(jac.sum(axis=0), 0.0, atol=1e-8):
+    if jac is not None and jac.ndim == 2 and not all_close(jac.sum(axis=0), 0.0, JACOBIAN_ATOL, Case.rtol):
         return ["Each column of the Jacobian should sum to 0, because the p_i always sum to 1."]
     return []
 
@@ -238,7 +241,7 @@ CASES = [
         call=lambda fn, inputs: {"jacobian": fn(inputs["p"])},
         describe=describe_jacobian,
         hints=jacobian_hints,
-        atol=1e-8,
+        atol=JACOBIAN_ATOL,
     ),
 ]
 NUMPY_EXERCISES = ("scaled_dot_product_attention", "softmax_jacobian")

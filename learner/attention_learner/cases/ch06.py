@@ -19,6 +19,7 @@ from attention_learner.bug_models import index_ranges, wrong_along, wrong_entrie
 from attention_learner.conventions import numpy_case
 from attention_learner.inputs import normal
 from attention_learner.spec import Arrays, Case, Inputs
+from attention_learner.tolerance import all_close
 
 # ---------------------------------------------------------------- positional_encoding
 
@@ -46,7 +47,7 @@ def pe_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     hints = []
     if np.abs(pe).max() > 1 + 1e-9:
         hints.append("Some entries are larger than 1 in size: every entry is a sine or a cosine.")
-    if len(pe) > 1 and np.allclose(pe[0], expected["pe"][1]):
+    if len(pe) > 1 and all_close(pe[0], expected["pe"][1], PE_ATOL, PE_RTOL):
         hints.append(
             "Row 0 holds the encoding of position 1: positions start at 0, so row 0 is "
             "0, 1, 0, 1, ... (sin(0) in even columns, cos(0) in odd ones)."
