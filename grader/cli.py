@@ -153,13 +153,13 @@ def _release(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from grader.autograde.executor import IsolationUnavailable
     from grader.autograde.notebook_file import InvalidNotebook
-    from grader.selfcheck import check_notebook, format_report
+    from grader.selfcheck import FolderRefused, check_notebook, format_report
 
     if not args.notebook.is_file():
         raise UsageError(f"{args.notebook} is not a file")
     try:
         outcomes = check_notebook(args.notebook, timeout=args.timeout, unconfined=args.unconfined)
-    except InvalidNotebook as exc:
+    except (InvalidNotebook, FolderRefused) as exc:
         raise UsageError(str(exc)) from exc
     except IsolationUnavailable as exc:
         raise UsageError(

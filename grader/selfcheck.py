@@ -11,29 +11,29 @@ same ``choose_isolation``, the same view, limits and identity; a few millisecond
 notebook may be anyone's, and its code must not write the caller's files (results, grades,
 the gradebook, the grader package) or read what grading hides (``solutions/``, the grader's
 code). It runs in ``/home/learner`` on a copy of the files beside it (regular files only,
-symlinks never followed), so whatever it writes there is gone with it. ``unconfined`` (the
-command's ``--unconfined``) is for one's own notebook: limits only, in its own folder.
+symlinks never followed, within a submission's limits: :func:`copy_beside`), so whatever it
+writes there is gone with it. ``unconfined`` (the command's ``--unconfined``) is for one's own
+notebook: limits only, in its own folder.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 import tempfile
 from pathlib import Path
 
 from attention_learner.cell_rules import TestStatus, cell_outcome, cell_points, is_test_cell
 from attention_learner.notebook_check import TestOutcome, format_report
 from grader.autograde.child_report import read_report
+from grader.autograde.folder_walk import SUBMISSION_LIMITS, FolderWalk, copy_walked_files, walk_folder
 from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, ServerConfig, write_job_cells
 
-__all__ = ["TestOutcome", "check_notebook", "format_report"]
+__all__ = ["FolderRefused", "TestOutcome", "check_notebook", "format_report"]
 
-HOME_BUDGET = 48 * 2**20  # of the job's 64 MB home: what the files beside the notebook may take
-MAX_ENTRIES = 2_000
-MAX_DEPTH = 8
+
+class FolderRefused(ValueError):
+    """The notebook's folder holds more than a submission may (autograde would refuse it)."""
 
 
 def check_notebook(path: Path, timeout: float = 120.0, *, unconfined: bool = False) -> list[TestOutcome]:
@@ -89,55 +89,15 @@ def _run(server: ForkServer, path: Path, folder: Path, timeout: float, unconfine
     return cells, finished, read_report(folder / "report")
 
 
-def copy_beside(source: Path, home: Path) -> list[str]:
-    """Copy the regular files under ``source`` into ``home``, never following a symlink, up to
-    HOME_BUDGET bytes, MAX_ENTRIES entries and MAX_DEPTH levels; what was left out."""
-    left_out: list[str] = []
-    used = entries = 0
-    stack = [(source, home, 0)]
-    while stack:
-        folder, target, depth = stack.pop()
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            left_out.append(str(folder.relative_to(source)))
-            continue
-        for name in names:
-            entries += 1
-            src, dst = folder / name, target / name
-            try:
-                st = os.lstat(src)
-            except OSError:
-                continue
-            if entries > MAX_ENTRIES:
-                left_out.append(str(src.relative_to(source)))
-            elif stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
-                dst.mkdir()
-                stack.append((src, dst, depth + 1))
-            elif stat.S_ISREG(st.st_mode) and used + st.st_size <= HOME_BUDGET:
-                if _copy_regular(src, dst, st.st_size):
-                    used += st.st_size
-                else:
-                    left_out.append(str(src.relative_to(source)))
-            else:  # a symlink, a device, too deep or too large: not copied
-                left_out.append(str(src.relative_to(source)))
-    return left_out
-
-
-def _copy_regular(src: Path, dst: Path, size: int) -> bool:
-    """Copy at most ``size`` bytes of ``src``, opened without following a symlink."""
-    try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        with open(dst, "xb") as out:
-            left = size
-            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-                out.write(chunk)
-                left -= len(chunk)
-        return True
-    finally:
-        os.close(fd)
+def copy_beside(source: Path, home: Path) -> FolderWalk:
+    """Copy the regular files under ``source`` into ``home`` as autograde gives a job the files
+    beside its notebook: walked by the one walker (``folder_walk.walk_folder``, symlinks never
+    followed) at autograde's own :data:`~grader.autograde.folder_walk.SUBMISSION_LIMITS`, so
+    a check sees what grading would, and copied with the bytes the walk hashed. What was left
+    out is in the walk's ``skipped`` and ``symlinks``; a folder grading would refuse (over the
+    entries or bytes a submission may hold) raises :class:`FolderRefused`."""
+    walk = walk_folder(source, SUBMISSION_LIMITS)
+    if walk.problem:
+        raise FolderRefused(f"{source}: {walk.problem}")
+    copy_walked_files(walk.files, home)
+    return walk

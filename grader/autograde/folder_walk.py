@@ -313,6 +313,16 @@ def copy_walked_file(file: WalkedFile, target: Path) -> None:
         raise ValueError(f"{file.relative} changed while it was being graded; run again")
 
 
+def copy_walked_files(files: list[WalkedFile], home: Path) -> None:
+    """Copy each of ``files`` to ``home / file.relative`` (:func:`copy_walked_file`: the bytes
+    the walk hashed, or ValueError), making its folders: how a job's home gets the files beside
+    its notebook, in autograde and in ``python -m grader check``."""
+    for file in files:
+        target = home / file.relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        copy_walked_file(file, target)
+
+
 def folder_fingerprint(
     folder: Path, limits: FolderLimits = TRUSTED, skip_names: frozenset[str] = frozenset()
 ) -> str:

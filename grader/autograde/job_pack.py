@@ -8,12 +8,14 @@ the client's on the worker, refusing any file name that would leave it.
 
 from __future__ import annotations
 
-import os
+import errno
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from grader.autograde.folder_walk import TRUSTED, walk_folder
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits
+from grader.autograde.safe_open import read_small
 
 MAX_PACKED_BYTES = 256 * 2**20  # job.json and the files beside a notebook, per job
 
@@ -29,17 +31,17 @@ def pack_job(job: ChildJob, hidden: tuple[str, ...], isolation: Isolation) -> di
     files: dict[str, bytes] = {}
     total = 0
     home = folder / "home"
-    for base, dirs, names in os.walk(home):  # the parent copied them without symlinks
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(base, d)))
-        for name in sorted(names):
-            path = Path(base) / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            data = path.read_bytes()
-            total += len(data)
-            if total > MAX_PACKED_BYTES:
-                raise ValueError(f"the files beside the notebook are over {MAX_PACKED_BYTES // 2**20} MB")
-            files[path.relative_to(home).as_posix()] = data
+    over = f"the files beside the notebook are over {MAX_PACKED_BYTES // 2**20} MB"
+    # the parent copied them (without symlinks); the one walker lists them, following none
+    for file in walk_folder(home, TRUSTED, read=False).files:
+        try:
+            data = read_small(file.path, MAX_PACKED_BYTES - total)
+        except OSError as exc:
+            if exc.errno == errno.EFBIG:
+                raise ValueError(over) from exc
+            raise
+        total += len(data)
+        files[file.relative.as_posix()] = data
     return {
         "id": job.id,
         "job_json": (folder / "job.json").read_bytes(),

@@ -22,6 +22,8 @@ import os
 import stat
 from pathlib import Path
 
+from grader.autograde import safe_open
+
 _state = {"group_readable": False}
 PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600
 GROUP_FOLDER, GROUP_FILE = 0o750, 0o640
@@ -60,7 +62,7 @@ def make_folders(folder: Path) -> None:
 def set_folder_mode(folder: Path) -> None:
     """:func:`folder_mode` on ``folder`` (its set-group-ID bit kept); another user's is left alone."""
     try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = safe_open.open_folder(folder)
     except OSError:
         return
     try:
@@ -72,7 +74,7 @@ def set_folder_mode(folder: Path) -> None:
 def set_file_mode(path: Path) -> None:
     """:func:`file_mode` on a file another library wrote (the SQLite gradebook)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = safe_open.open_regular(path)
     except OSError:
         return
     try:
@@ -87,7 +89,7 @@ def restrict_tree(root: Path) -> int:
     modes changed."""
     changed = 0
     try:
-        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        top = safe_open.open_folder(root)
     except OSError:
         return 0
     stack = [top]
@@ -99,9 +101,11 @@ def restrict_tree(root: Path) -> int:
                 if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False)
                                               or entry.is_file(follow_symlinks=False)):  # fmt: skip
                     continue
-                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                opener = (
+                    safe_open.open_folder if entry.is_dir(follow_symlinks=False) else safe_open.open_regular
+                )
                 try:
-                    child = os.open(entry.name, flags | (os.O_DIRECTORY if entry.is_dir() else 0), dir_fd=fd)
+                    child = opener(entry.name, fd)
                 except OSError:  # gone, or not ours to open
                     continue
                 if entry.is_dir(follow_symlinks=False):

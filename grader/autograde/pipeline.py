@@ -31,7 +31,7 @@ from attention_learner.cell_rules import Status, TestStatus, is_test_cell
 from grader.autograde import phases, reports
 from grader.autograde.executor import Executor
 from grader.autograde.feedback import write_course_feedback
-from grader.autograde.folder_walk import TRUSTED, WalkedFile, code_fingerprint, copy_walked_file, walk_folder
+from grader.autograde.folder_walk import TRUSTED, WalkedFile, code_fingerprint, copy_walked_files, walk_folder
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_job_cells
 from grader.autograde.gradebook import SourceCells, one_transaction
 from grader.autograde.gradebook_entries import late_penalties, zero_in_gradebook
@@ -155,10 +155,7 @@ def _beside_files(*folders: Submission | Path | None) -> list[WalkedFile]:
 
 def _copy_beside_files(home: Path, files: list[WalkedFile]) -> None:
     """Copy each file into the job's home: the bytes the walk hashed, or the job fails."""
-    for file in files:
-        target = home / file.relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        copy_walked_file(file, target)
+    copy_walked_files(files, home)
 
 
 def _new_result(run: Run, sub: Submission, fingerprint: str) -> SubmissionResult:
