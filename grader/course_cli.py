@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 
 def _positive_int(text: str) -> int:
@@ -34,10 +37,12 @@ def add_course_options(grade: argparse.ArgumentParser) -> None:
     """autograde's options for deadlines, re-runs, permissions and grading on submit."""
     grade.add_argument(
         "--due",
-        default=None,
-        metavar='"YYYY-MM-DD HH:MM[:SS] TZ"',
-        help="the due date (written into the gradebook's assignments); default: the "
-        "due date the gradebook's assignment has, if any",
+        action="append",
+        default=[],
+        metavar='ASSIGNMENT="YYYY-MM-DD HH:MM[:SS] TZ"',
+        help="one assignment's due date, written into its gradebook record (repeatable, one per "
+        "assignment; a bare date names the one assignment a batch grades); every other "
+        "assignment keeps the due date its gradebook record has, if any",
     )
     grade.add_argument(
         "--late-policy",
@@ -124,25 +129,23 @@ def add_course_commands(commands: Any) -> None:
 
 def course_grade_options(args: argparse.Namespace) -> dict[str, Any]:
     """GradeOptions' course fields from autograde's arguments; ValueError says what is wrong."""
-    from grader.deadlines import EXTENSIONS_FILE, LatePolicy, parse_due, read_extensions
+    from grader.deadlines import EXTENSIONS_FILE, LatePolicy, parse_due_options, read_extensions
 
     if args.watch is None and (args.exchange is not None or args.max_per_hour is not None):
         raise ValueError("--exchange and --max-per-hour go with --watch INBOUND")
     if args.watch is not None:
         exchange_course(args.watch, args.exchange)
-    if args.due and args.watch is None and args.submitted is not None:
-        graded = graded_assignments(args.submitted, args.source)
-        if len(graded) > 1:
-            raise ValueError(
-                f"--due sets the due date of the one assignment being graded, and "
-                f"{args.submitted} holds {len(graded)} ({', '.join(graded)}): grade one at a "
-                "time, or give each its date in the gradebook (nbgrader db assignment add "
-                "NAME --duedate DATE)"
-            )
+    due: dict[str, datetime] = {}
+    if args.due:
+        known = sorted(p.name for p in args.source.iterdir() if p.is_dir()) if args.source.is_dir() else []
+        batch = args.watch is None and args.submitted is not None
+        due = parse_due_options(
+            args.due, known, graded_assignments(args.submitted, args.source) if batch else None
+        )
     if (args.out / EXTENSIONS_FILE).is_file():
         read_extensions(args.out / EXTENSIONS_FILE)  # a bad table stops the run before it grades
     return {
-        "due": parse_due(args.due) if args.due else None,
+        "due": due,
         "late_policy": LatePolicy.parse(args.late_policy),
         "retry_timeouts": args.retry_timeouts,
         "group_readable": args.group_readable,

@@ -4,10 +4,16 @@
   format: one line such as ``2026-03-02 17:04:11.250117 UTC`` (``nbgrader submit`` writes
   ``%Y-%m-%d %H:%M:%S.%f %Z``; any zone name or numeric offset nbgrader reads is read here,
   with nbgrader's own ``parse_utc``). Without it a submission has no time and is never late.
-- The due date is ``--due "YYYY-MM-DD HH:MM[:SS] TZ"`` (written into the gradebook's
-  assignment, as ``nbgrader db assignment add --duedate`` would), otherwise the due date the
-  gradebook's assignment already has. Extensions recorded in the gradebook count, as in
-  nbgrader (``SubmittedAssignment.total_seconds_late``).
+- With grade on submit (the watcher) the time that counts is the server's instead: when the
+  inbound folder became complete (:func:`judge_time`). timestamp.txt is then only the
+  student's claim, kept as ``claimed_at`` and flagged when it is more than
+  :data:`CLOCK_SKEW_LIMIT` away from the arrival.
+- A due date belongs to one assignment: ``--due ASSIGNMENT="YYYY-MM-DD HH:MM[:SS] TZ"``
+  (repeatable, :func:`parse_due_options`) writes it into that assignment in the gradebook, as
+  ``nbgrader db assignment add NAME --duedate`` would; every other assignment keeps the date
+  its gradebook record has. A bare ``--due DATE`` names the one assignment a batch grades.
+  Extensions recorded in the gradebook count, as in nbgrader
+  (``SubmittedAssignment.total_seconds_late``).
 - The penalty is nbgrader's: its ``AssignLatePenalties`` preprocessor asks a late-submission
   plugin for each notebook's penalty and keeps it between 0 and that notebook's score.
   ``none`` and ``zero`` are nbgrader's ``LateSubmissionPlugin`` methods (no penalty; the
@@ -42,6 +48,9 @@ _DUE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}(?::\d{2})?) (\S+)")
 _OFFSET = re.compile(r"([+-])(\d{2}):?(\d{2})")
 
 
+CLOCK_SKEW_LIMIT = timedelta(minutes=5)  # timestamp.txt further than this from the arrival is flagged
+
+
 class DeadlineError(ValueError):
     """A --due or --late-policy that cannot be read; the message says what is expected."""
 
@@ -73,6 +82,38 @@ def parse_due(text: str) -> datetime:
     except ValueError as exc:
         raise DeadlineError(f"--due {text!r}: {exc}") from None
     return local.astimezone(UTC).replace(tzinfo=None)
+
+
+def parse_due_options(
+    values: list[str], assignments: list[str], graded: list[str] | None
+) -> dict[str, datetime]:
+    """``--due`` values as ``{assignment: naive UTC}``: each ``NAME=DATE`` for the source
+    assignment NAME (once each); a bare ``DATE`` only when ``graded`` (the assignments a batch
+    grades; None for a watcher, which may grade any) is exactly one assignment."""
+    dates: dict[str, datetime] = {}
+    for value in values:
+        name, equals, date = value.partition("=")
+        if not equals:
+            if graded is None or len(graded) != 1:
+                where = (
+                    "a watcher grades every assignment"
+                    if graded is None
+                    else (f"this run grades {len(graded)} assignments ({', '.join(graded) or 'none'})")
+                )
+                raise DeadlineError(
+                    f'--due {value!r}: {where}, so say which one: --due ASSIGNMENT="DATE" (repeatable), '
+                    "or give each its date in the gradebook (nbgrader db assignment add NAME --duedate DATE)"
+                )
+            name, date = graded[0], value
+        name = name.strip()
+        if name not in assignments:
+            raise DeadlineError(
+                f"--due {value!r}: {name!r} is not an assignment of the source ({', '.join(assignments)})"
+            )
+        if name in dates:
+            raise DeadlineError(f"--due: {name} is given two dates")
+        dates[name] = parse_due(date)
+    return dates
 
 
 @dataclass(frozen=True)
@@ -146,7 +187,13 @@ class HandedIn:
     problem: str = ""
 
     def iso(self) -> str | None:
-        return None if self.at is None else self.at.replace(tzinfo=UTC).isoformat()
+        return iso_utc(self.at)
+
+
+def iso_utc(moment: datetime | None) -> str | None:
+    """A naive UTC time (the gradebook's convention) in ISO 8601 with its zone, as results.json
+    keeps times; None stays None."""
+    return None if moment is None else moment.replace(tzinfo=UTC).isoformat()
 
 
 def read_timestamp(path: Path, dir_fd: int | None = None) -> HandedIn:
@@ -173,6 +220,39 @@ def read_timestamp(path: Path, dir_fd: int | None = None) -> HandedIn:
         return HandedIn(parse_utc(text))
     except (ValueError, OverflowError, TypeError):
         return HandedIn(problem=f"{TIMESTAMP_FILE} holds no date and time nbgrader can read: {text[:60]!r}")
+
+
+@dataclass(frozen=True)
+class JudgedTime:
+    """The time lateness counts from (naive UTC, None: never late), the student's claim when
+    the server's clock decided instead, and a flag when the two disagree."""
+
+    at: datetime | None
+    claimed: datetime | None = None
+    flag: str = ""
+
+
+def skewed(claimed: datetime | None, arrived: datetime | None) -> bool:
+    """The student's claimed time and the server's arrival are more than CLOCK_SKEW_LIMIT apart."""
+    return claimed is not None and arrived is not None and abs(claimed - arrived) > CLOCK_SKEW_LIMIT
+
+
+def judge_time(claim: HandedIn, arrived: datetime | None) -> JudgedTime:
+    """Without an arrival (collect-and-grade) nbgrader's rule: timestamp.txt's time. With one
+    (the watcher saw the inbound folder complete, naive UTC), the arrival counts and the claim
+    is kept; more than ``CLOCK_SKEW_LIMIT`` between them is flagged."""
+    if arrived is None:
+        return JudgedTime(claim.at)
+    if not skewed(claim.at, arrived):
+        return JudgedTime(arrived, claim.at)
+    assert claim.at is not None  # skewed: there is a claim
+    gap = abs(claim.at - arrived).total_seconds()
+    side = "before" if claim.at < arrived else "after"
+    flag = (
+        f"{TIMESTAMP_FILE} says {claim.at:%Y-%m-%d %H:%M:%S} UTC, {describe_lateness(gap)} {side} the "
+        f"server received it ({arrived:%Y-%m-%d %H:%M:%S} UTC): lateness counted from the arrival"
+    )
+    return JudgedTime(arrived, claim.at, flag)
 
 
 def describe_lateness(seconds: float | None) -> str:
@@ -251,8 +331,8 @@ def apply_extension(gradebook: Gradebook, assignment: str, student: str, folder:
     """Write extensions.csv's row for this submission (none: no extension) into nbgrader's
     ``SubmittedAssignment.extension``, where its AssignLatePenalties, formgrader and
     ``nbgrader export`` find it. Without the file in ``folder``, the gradebook's own extension
-    stays. The table is read each time, so an edit counts at the next grading, and no restart
-    changes a date."""
+    stays. The table is read each time, so an edit counts at the next grading (the row is part
+    of the submission's fingerprint, :func:`extension_key`), and no restart changes a date."""
     path = folder / EXTENSIONS_FILE
     if not path.is_file():
         return
@@ -260,3 +340,16 @@ def apply_extension(gradebook: Gradebook, assignment: str, student: str, folder:
     submission = gradebook.find_submission(assignment, student)
     submission.extension = None if row is None else row.delta(submission.assignment.duedate)
     gradebook.db.commit()
+
+
+def extension_key(folder: Path, student: str, assignment: str) -> str:
+    """What the fingerprint of ``student``'s ``assignment`` covers of ``folder``'s extensions.csv:
+    its row (or none), so editing the row grades that submission again and nobody else's. A
+    table that cannot be read counts as its error (the run that grades it reports it)."""
+    path = folder / EXTENSIONS_FILE
+    if not path.is_file():
+        return "extension=gradebook"
+    try:
+        return f"extension={read_extensions(path).get((student, assignment))}"
+    except DeadlineError as exc:
+        return f"extension=unreadable:{exc}"

@@ -26,10 +26,15 @@ SIGTERM stops it between two steps; what was written stays.
 
 Identity comes from the file system (``grader.inbound``): a folder whose owner may not hand
 in as the student it names is not graded; the claimed student's grade is kept and flagged
-(results.json and grades.csv), and the flag stays on later gradings of that student. A copy
-without a regular ``timestamp.txt`` (a symlink is not one) gets one holding the time the
-folder arrived (its ctime), so it is judged late or not by the server's clock; every
-results.json the watcher writes records that time as ``arrived_at``.
+(results.json and grades.csv), and the flag stays on later gradings of that student.
+
+Time comes from the server's clock: the arrival (the folder's complete time, its ctime) is
+handed to the run (``Run.arrived``) before the copy is graded, so it decides lateness, is the
+gradebook's ``SubmittedAssignment.timestamp`` and results.json's ``timestamp`` and
+``arrived_at``; ``timestamp.txt``, written on the student's machine by ``nbgrader submit``, is
+only the student's claim (``claimed_at``), flagged in grades.csv and formgrader when it is more
+than ``deadlines.CLOCK_SKEW_LIMIT`` away (``deadlines.judge_time``). A copy without a regular
+``timestamp.txt`` (a symlink is not one) gets one holding the arrival, for nbgrader's layout.
 
 ``--max-per-hour N``: one owner's submissions are graded (or refused) at most N times in any
 hour, counted by the folder's unix owner (by claimed id only for folders of root or of the
@@ -259,6 +264,8 @@ class Watcher:
             return
         stamp = _mtime(self.out / arrival.student / arrival.assignment / "results.json")
         self.flights[arrival.key] = Flight(arrival, folder, copy, notes, stamp)
+        arrived = datetime.fromtimestamp(arrival.arrived_at, UTC).replace(tzinfo=None)
+        self.session.run.arrived[(arrival.student, arrival.assignment)] = arrived  # the server's clock
         try:
             queued = self.session.add(folder, problems)["queued"]
         except Exception as exc:  # a bug on one arrival must not stop the watch
@@ -326,9 +333,9 @@ class Watcher:
 def _keep_flags(
     out: Path, arrival: Arrival, flags: list[str], *, refused: str = "", notes: list[str] = ()
 ) -> None:
-    """Add ``flags`` and ``notes`` (each once) and ``arrived_at`` to the claimed student's
-    results.json, keeping everything else; with ``refused`` and no results.json yet, write
-    an ``invalid`` one that says why nothing was graded."""
+    """Add ``flags`` and ``notes`` (each once) to the claimed student's results.json, keeping
+    everything else; with ``refused`` and no results.json yet, write an ``invalid`` one that
+    says why nothing was graded."""
     path = out / arrival.student / arrival.assignment / "results.json"
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
@@ -353,8 +360,6 @@ def _keep_flags(
             flags, notes = [refused], []
     result["flags"] = list(result.get("flags", [])) + [f for f in flags if f not in result.get("flags", [])]
     result["notes"] = list(result.get("notes", [])) + [n for n in notes if n not in result.get("notes", [])]
-    if not refused:
-        result["arrived_at"] = datetime.fromtimestamp(arrival.arrived_at, UTC).isoformat()
     write_atomically(path, json.dumps(result, indent=1))
 
 

@@ -202,7 +202,7 @@ def test_extensions_csv_reaches_nbgraders_late_penalty(gradebook_url, tmp_path):
         assert bob.late_submission_penalty == pytest.approx(3.0)
 
 
-def test_due_sets_the_one_assignment_being_graded(tmp_path):
+def test_due_sets_one_named_assignment_never_all(tmp_path):
     from grader.cli import build_parser
     from grader.course_cli import course_grade_options
 
@@ -211,18 +211,57 @@ def test_due_sets_the_one_assignment_being_graded(tmp_path):
         (source / assignment).mkdir(parents=True)
     (submitted / "ann" / "01_a").mkdir(parents=True)
     (submitted / "ann" / "notes").mkdir()  # not an assignment of the source: not counted
-    command = [
-        "autograde",
-        str(submitted),
-        "--out",
-        str(tmp_path / "out"),
-        "--source",
-        str(source),
-        "--due",
-        "2027-01-15 23:59 UTC",
-    ]
-    assert course_grade_options(build_parser().parse_args(command))["due"] == datetime(2027, 1, 15, 23, 59)
+    base = ["autograde", str(submitted), "--out", str(tmp_path / "out"), "--source", str(source)]
+
+    def due(*values: str) -> dict:
+        return course_grade_options(
+            build_parser().parse_args(base + [a for v in values for a in ("--due", v)])
+        )["due"]
+
+    assert due("2027-01-15 23:59 UTC") == {"01_a": datetime(2027, 1, 15, 23, 59)}  # the one graded
     (submitted / "bob" / "02_b").mkdir(parents=True)
-    with pytest.raises(ValueError, match=r"one assignment being graded.* holds 2 \(01_a, 02_b\)"):
-        course_grade_options(build_parser().parse_args(command))
-    assert course_grade_options(build_parser().parse_args(command[:-2]))["due"] is None  # the gradebook's
+    with pytest.raises(ValueError, match=r"grades 2 assignments \(01_a, 02_b\), so say which one"):
+        due("2027-01-15 23:59 UTC")
+    assert due("02_b=2027-01-15 23:59 UTC", "03_c=2027-02-01 12:00 +01:00") == {
+        "02_b": datetime(2027, 1, 15, 23, 59),
+        "03_c": datetime(2027, 2, 1, 11, 0),
+    }
+    assert due() == {}  # every assignment keeps its gradebook's date
+    with pytest.raises(ValueError, match="'04_d' is not an assignment of the source"):
+        due("04_d=2027-01-15 23:59 UTC")
+    with pytest.raises(ValueError, match="02_b is given two dates"):
+        due("02_b=2027-01-15 23:59 UTC", "02_b=2027-01-16 23:59 UTC")
+    watch = ["autograde", "--watch", str(tmp_path / "inbound"), "--out", str(tmp_path / "out")]
+    watch += ["--source", str(source), "--due", "2027-01-15 23:59 UTC"]
+    with pytest.raises(ValueError, match="a watcher grades every assignment, so say which one"):
+        course_grade_options(build_parser().parse_args(watch))
+
+
+def test_an_edited_extension_changes_that_students_fingerprint_only(tmp_path):
+    from grader.deadlines import EXTENSIONS_FILE, extension_key
+
+    before = {s: extension_key(tmp_path, s, A) for s in ("ann", "bob")}
+    table = tmp_path / EXTENSIONS_FILE
+    table.write_text(f"student_id,assignment,due,extra_hours\nann,{A},,1\n", encoding="utf-8")
+    once = {s: extension_key(tmp_path, s, A) for s in ("ann", "bob")}
+    table.write_text(f"student_id,assignment,due,extra_hours\nann,{A},,2\n", encoding="utf-8")
+    twice = {s: extension_key(tmp_path, s, A) for s in ("ann", "bob")}
+    assert len({before["ann"], once["ann"], twice["ann"]}) == 3  # each edit grades ann again
+    assert once["bob"] == twice["bob"]  # bob's row (none) did not change: not graded again
+    assert extension_key(tmp_path, "ann", "01_other") == once["bob"]
+
+
+def test_the_servers_clock_decides_and_a_far_claim_is_flagged():
+    from grader.deadlines import CLOCK_SKEW_LIMIT, HandedIn, judge_time
+
+    arrived = datetime(2027, 1, 16, 10, 0)
+    forged = HandedIn(arrived - timedelta(days=45))
+    assert judge_time(forged, None).at == forged.at  # collect-and-grade: nbgrader's rule
+    judged = judge_time(forged, arrived)
+    assert (judged.at, judged.claimed) == (arrived, forged.at)
+    assert "45 d before the server received it" in judged.flag, judged.flag
+    near = judge_time(HandedIn(arrived + CLOCK_SKEW_LIMIT), arrived)  # a slow laptop clock
+    assert (near.at, near.flag) == (arrived, "")
+    far = judge_time(HandedIn(arrived + CLOCK_SKEW_LIMIT + timedelta(seconds=1)), arrived)
+    assert "after the server received it" in far.flag, far.flag
+    assert judge_time(HandedIn(), arrived) == judge_time(HandedIn(), arrived).__class__(arrived)

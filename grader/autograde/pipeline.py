@@ -19,7 +19,7 @@ import json
 import secrets
 import shutil
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ from grader.autograde.scheduling import NotebookJob
 from grader.autograde.scoring import delegation_of, memory_budgets, run_outcome, score_notebook, zero_tests
 from grader.autograde.sources import SourceAssignment, SourceError, code_cells, load_sources
 from grader.autograde.submissions import Submission
-from grader.deadlines import TIMESTAMP_FILE, LatePolicy, read_timestamp
+from grader.deadlines import TIMESTAMP_FILE, LatePolicy, extension_key, iso_utc, judge_time, read_timestamp
 
 __all__ = ["GradeOptions", "Run", "SourceError", "SubmissionResult", "TestResult"]
 
@@ -60,7 +60,7 @@ class GradeOptions:
     workers: int = 2
     timeout: float = Limits.timeout  # one default, the sandbox's
     progress: bool = True
-    due: datetime | None = None  # naive UTC; None: the gradebook's assignment's due date
+    due: dict[str, datetime] = field(default_factory=dict)  # assignment -> naive UTC; others: the gradebook's
     late_policy: LatePolicy = LatePolicy()  # noqa: RUF009 (frozen, so one shared default is safe)
     retry_timeouts: bool = False  # grade a timeout again even after its one retry
     group_readable: bool = False
@@ -84,6 +84,8 @@ class Run:
         self.gradebook, self.db_url, self.limits = gradebook, db_url, limits
         self.policy = policy or LatePolicy()
         self.due: dict[str, datetime | None] = {}  # per assignment, once the gradebook has it
+        # (student, assignment) -> when the watcher saw it arrive (naive UTC): the server's clock
+        self.arrived: dict[tuple[str, str], datetime] = {}
         self.source_cells = SourceCells(gradebook)  # read once per run, see gradebook.py
         self.isolation = str(server.config.isolation)
         self._ids = iter(range(1, 1 << 62))
@@ -123,10 +125,13 @@ class Run:
             phases.count("judge_pool.jobs")
         return job
 
-    def context(self, assignment: str) -> str:
+    def context(self, assignment: str, student: str = "") -> str:
         """What a submission's fingerprint covers beside its files: the source assignment,
-        the grader's code, the due date and the late policy."""
-        deadline = f"due={self.due.get(assignment)};{self.policy}"
+        the grader's code, the due date, the student's extension, the arrival the watcher saw,
+        and the late policy."""
+        arrived = self.arrived.get((student, assignment))
+        deadline = f"due={self.due.get(assignment)};{extension_key(self.out, student, assignment)};"
+        deadline += f"arrived={arrived};{self.policy}"
         return f"{self.sources[assignment].fingerprint}{self.code}{deadline}"
 
     @staticmethod
@@ -164,7 +169,12 @@ def _new_result(run: Run, sub: Submission, fingerprint: str) -> SubmissionResult
     result = SubmissionResult(sub.student, sub.assignment, fingerprint, run.isolation,
                               notes=list(sub.notes) + src.warnings)  # fmt: skip
     handed_in = read_timestamp(sub.folder / TIMESTAMP_FILE)
-    result.timestamp = handed_in.iso()
+    judged = judge_time(handed_in, run.arrived.get((sub.student, sub.assignment)))
+    result.timestamp = iso_utc(judged.at)
+    result.arrived_at = result.timestamp if (sub.student, sub.assignment) in run.arrived else None
+    result.claimed_at = iso_utc(judged.claimed)
+    if judged.flag:
+        result.flags.append(judged.flag)
     if handed_in.problem:
         result.flags.append(f"{handed_in.problem}: graded as if handed in on time")
     if run.isolation == Isolation.WEAK:

@@ -100,10 +100,12 @@ class SubmissionResult:
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tests: list[TestResult] = field(default_factory=list)
-    timestamp: str | None = None  # when it was handed in (ISO 8601, UTC), from timestamp.txt
+    timestamp: str | None = None  # lateness counts from it (ISO 8601, UTC): arrived_at or timestamp.txt
     late_by_seconds: float | None = None  # None: no timestamp or no due date
     penalty: float = 0.0  # the late penalty nbgrader's rule gave, summed over the notebooks
     attempts: int = 1  # gradings of these very files in a row that ended in a timeout
+    arrived_at: str | None = None  # grade on submit: when the server saw it arrive (ISO 8601, UTC)
+    claimed_at: str | None = None  # then timestamp.txt's time, the student's claim only
 
     @property
     def raw_score(self) -> float:
@@ -135,6 +137,8 @@ class SubmissionResult:
             "penalty": self.penalty,
             "raw_score": self.raw_score,
             "attempts": self.attempts,
+            "arrived_at": self.arrived_at,
+            "claimed_at": self.claimed_at,
             "tests": [t.to_json() for t in self.tests],
             "fingerprint": self.fingerprint,
         }
@@ -156,6 +160,8 @@ class SubmissionResult:
             _number_or_none(data.get("late_by_seconds")),
             float(data.get("penalty") or 0.0),
             int(data.get("attempts") or 1),
+            data.get("arrived_at"),
+            data.get("claimed_at"),
         )
 
 

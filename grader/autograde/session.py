@@ -95,8 +95,8 @@ class GradingSession:
             for name in new:
                 generate_assignment(api, name)  # records notebooks and grade cells
         for name in new:
-            if self.options.due is not None:
-                run.gradebook.update_or_create_assignment(name, duedate=self.options.due)
+            if name in self.options.due:  # --due NAME=DATE; every other date stays as it is
+                run.gradebook.update_or_create_assignment(name, duedate=self.options.due[name])
             run.due[name] = run.gradebook.find_assignment(name).duedate
         course_dir.copy_sources(self.out, {name: run.sources[name].folder for name in new})
         phases.stop("startup.generate_assignment", start)
@@ -164,7 +164,7 @@ class GradingSession:
         for sub in submissions:
             if sub.unsafe_id:  # no folder of OUT may carry this name: a row in grades.csv only
                 continue
-            fingerprint = sub.fingerprint(self.run.context(sub.assignment))
+            fingerprint = sub.fingerprint(self.run.context(sub.assignment, sub.student))
             previous = self.out / sub.student / sub.assignment / "results.json"
             if unchanged(previous, fingerprint, self.options.retry_timeouts):
                 summary.skipped += 1

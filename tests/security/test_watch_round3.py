@@ -284,7 +284,8 @@ def test_a_symlinked_secret_to_192_mib_is_neither_followed_nor_read(watch):
 
 @pytest.fixture(scope="module", params=IDENTITIES)
 def late_watch(request):
-    watch, root, restore = _course(request.param, ["--due", "2020-01-01 00:00 UTC", "--late-policy", "zero"])
+    due = f"{A}={datetime.now(UTC) - timedelta(days=1):%Y-%m-%d %H:%M} UTC"  # the real arrivals are late
+    watch, root, restore = _course(request.param, ["--due", due, "--late-policy", "zero"])
     try:
         yield watch
     finally:
@@ -293,10 +294,9 @@ def late_watch(request):
 
 def test_a_symlinked_timestamp_is_not_a_timestamp_the_arrival_time_counts(late_watch):
     watch = late_watch
-    early = "2019-06-01 12:00:00.000000 UTC"  # before the due date
+    early = f"{datetime.now(UTC) - timedelta(days=45):%Y-%m-%d %H:%M:%S.%f} UTC"  # before the due date
     (watch.root / "early.txt").write_text(early)
-    honest = _stage(watch, "tam", solved_notebook(A), timestamp=False)
-    (honest / "timestamp.txt").write_text(early)
+    honest = _stage(watch, "tam", solved_notebook(A))  # nbgrader's own timestamp.txt, now
     _hand_in(watch, honest)
     linked = _stage(watch, "tim", solved_notebook(A), timestamp=False)
     os.symlink(watch.root / "early.txt", linked / "timestamp.txt")
@@ -304,12 +304,41 @@ def test_a_symlinked_timestamp_is_not_a_timestamp_the_arrival_time_counts(late_w
     _hand_in(watch, linked)
     watch.wait_for(lambda: _result(watch, "tim") and _result(watch, "tam"), "both gradings")
     tam, tim = _result(watch, "tam"), _result(watch, "tim")
-    assert tam["score"] == FULL and not tam["late_by_seconds"], tam  # nbgrader's own timestamp.txt
+    assert tam["late_by_seconds"] > 86400 and tam["score"] == 0, tam  # handed in a day late
+    assert tam["claimed_at"] and not any("server received it" in f for f in tam["flags"]), tam
     assert tim["late_by_seconds"] and tim["late_by_seconds"] > 86400 and tim["score"] == 0, tim
     handed = datetime.fromisoformat(tim["timestamp"])
     assert abs((handed - arrived).total_seconds()) < 60, (tim["timestamp"], arrived)
     assert abs((datetime.fromisoformat(tim["arrived_at"]) - arrived).total_seconds()) < 60, tim
     assert any("no regular timestamp.txt" in note for note in tim["notes"]), tim["notes"]
+
+
+def test_a_forged_timestamp_45_days_early_is_flagged_and_moves_no_lateness(late_watch):
+    """A one-line patch of nbgrader submit: timestamp.txt 45 days early, before the due date.
+    The server's clock (the folder's arrival) decides; the claim is kept, flagged in
+    results.json, grades.csv and the gradebook (formgrader's flag)."""
+    from nbgrader.api import Gradebook
+
+    watch = late_watch
+    forged = datetime.now(UTC) - timedelta(days=45)
+    staged = _stage(watch, "fay", solved_notebook(A))
+    (staged / "timestamp.txt").write_text(forged.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+    arrived = datetime.now(UTC)
+    _hand_in(watch, staged)
+    fay = watch.wait_for(lambda: _result(watch, "fay"), "fay's grading")
+    assert fay["late_by_seconds"] > 86400 and fay["score"] == 0, fay  # late by a day, not on time
+    assert abs((datetime.fromisoformat(fay["arrived_at"]) - arrived).total_seconds()) < 60, fay
+    assert fay["timestamp"] == fay["arrived_at"], fay
+    assert abs((datetime.fromisoformat(fay["claimed_at"]) - forged).total_seconds()) < 1, fay
+    flag = [f for f in fay["flags"] if "server received it" in f]
+    assert flag and "45 d" in flag[0] and "before" in flag[0], fay["flags"]
+    with open(watch.out / "grades.csv", newline="") as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert "server received it" in rows["fay"]["flags"], rows["fay"]
+    with Gradebook(f"sqlite:///{watch.out / 'gradebook.db'}") as gradebook:
+        submission = gradebook.find_submission(A, "fay")
+        assert abs((submission.timestamp - arrived.replace(tzinfo=None)).total_seconds()) < 60
+        assert all(notebook.flagged for notebook in submission.notebooks)
 
 
 # ------------------------------------------------------------------ (e) 300,000 cells
