@@ -120,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="nbgrader source directory (default: this course's solutions/)",
     )
     similar.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of known solutions (DIR/<assignment>/*.ipynb or DIR/<name>/<assignment>/*.ipynb), "
+        "such as published answers; repeatable. The source's own solutions are always compared: "
+        "REPORT/known_solutions.csv lists every submission that matches one",
+    )
+    similar.add_argument(
         "--threshold",
         type=_fraction,
         default=DEFAULT_THRESHOLD,
@@ -242,13 +252,14 @@ def _fraction(text: str) -> float:
 def _similarity(args: argparse.Namespace) -> int:
     from grader.similarity.run import SourceProblem, similarity_report
 
-    for folder, what in ((args.submitted, "submitted folder"), (args.source, "source")):
+    folders = [(args.submitted, "submitted folder"), (args.source, "source")]
+    for folder, what in [*folders, *((f, "--against folder") for f in args.against)]:
         if not folder.is_dir():
             raise UsageError(f"the {what} {folder} is not a directory")
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {args.out} is a file, not a folder")
     try:
-        report = similarity_report(args.submitted, args.out, args.source, args.threshold)
+        report = similarity_report(args.submitted, args.out, args.source, args.threshold, args.against)
     except SourceProblem as exc:
         raise UsageError(str(exc)) from exc
     except OSError as exc:  # SUBMITTED unreadable, REPORT not writable

@@ -890,7 +890,8 @@ const backgrounds = new Set(highlighted.map((el) => getComputedStyle(el).backgro
 return {
   title: document.title,
   verdict: document.querySelector(".verdict").innerText,
-  pairs: document.querySelectorAll("article.pair").length,
+  pairs: document.querySelectorAll("article.pair:not(.known)").length,
+  known: document.querySelectorAll("article.pair.known").length,
   clusters: document.querySelectorAll("section.exercise ol li").length,
   highlighted: highlighted.length,
   backgrounds: [...backgrounds],
@@ -914,7 +915,7 @@ def test_the_page_renders_in_chromium(tmp_path):
     from selenium.webdriver.chrome.service import Service
 
     students = {**independent_class(), **{f"copy_{k}": v for k, v in DISGUISES.items()}, "stub": None}
-    similarity_report(
+    report = similarity_report(
         write_class(tmp_path / "submitted", students), tmp_path / "report", SOLUTIONS, DEFAULT_THRESHOLD
     )
     profile = tempfile.mkdtemp(prefix="similarity-chromium-")
@@ -941,6 +942,8 @@ def test_the_page_renders_in_chromium(tmp_path):
     assert desktop["title"] == "Similarity report"
     assert desktop["verdict"].startswith("Evidence, not a verdict.")
     assert desktop["pairs"] == 10 and desktop["clusters"] >= 1 and desktop["highlighted"] > 50
+    # the course's solution and its disguised copies, each beside the known solution they match
+    assert desktop["known"] == len(report.known) >= len(DISGUISES)
     assert "rgba(0, 0, 0, 0)" not in desktop["backgrounds"] and len(desktop["backgrounds"]) >= 1
     assert desktop["resources"] == [] and phone["resources"] == []
     assert desktop["sidesColumns"] == 2 and phone["sidesColumns"] == 1

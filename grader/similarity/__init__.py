@@ -1,9 +1,12 @@
 """``python -m grader similarity``: which submissions share their code (evidence, not a verdict).
 
 For each assignment and each exercise (a solution cell of the source, by nbgrader grade id)
-every pair of submissions is compared, and ``REPORT/similarity.csv`` (one row per pair at or
-above the threshold, best first) and ``REPORT/similarity.html`` (clusters, and the top pairs
-side by side with their matching regions) are written. Nothing here touches a grade.
+every pair of submissions is compared, and so is every submission with each known solution
+(the source's own, and the notebooks of every ``--against`` folder). ``REPORT/similarity.csv``
+(one row per pair at or above the threshold, best first), ``REPORT/known_solutions.csv`` (one
+row per submission matching a known solution) and ``REPORT/similarity.html`` (the known
+matches, clusters, and the top pairs side by side with their matching regions) are written.
+Nothing here touches a grade.
 
 How, module by module:
 
@@ -17,8 +20,9 @@ How, module by module:
   exercise's cell), never a cell the source locks, whatever the submitted metadata claims;
 - ``normalise``: each cell parsed with ``ast`` and read as tokens that renaming, reordering,
   comments, blank lines, prints and other dead expressions, literals, layout and extracting
-  or inlining a helper barely change; ``ordering``: the canonical order of a run of
-  assignments, linear in their size;
+  or inlining a helper barely change, by the facts about names ``scope`` finds (what a cell
+  binds, imports, calls, and what each assignment reads and writes); ``ordering``: the
+  canonical order of a run of assignments, linear in their size;
 - ``guards``: what one submission may cost (size, nesting, a time budget), so that none
   stops or stalls the report for the class;
 - ``winnowing``: hashed k-grams of those tokens, winnowed as MOSS does;
@@ -26,7 +30,11 @@ How, module by module:
   scored), each fingerprint weighted by its rarity (IDF over the exercise's submissions;
   those held by more than half of them dropped), every pair sharing one scored by weighted
   Jaccard, clusters as connected components, and matching regions grown token by token;
-- ``run``: the command (find, fingerprint, score, write); ``html_report``: the page.
+- ``known``: where the known solutions are, and each submission against each of them (plain
+  Jaccard, nothing dropped as common: ten students handing in the reference solution are
+  ten matches even though, to the pairs, their code is common knowledge);
+- ``run``: the command (find, fingerprint, score, write; clusters also link submissions that
+  are identical once normalised, so ten alike are one cluster of ten); ``html_report``: the page.
 
 A cell that cannot be compared (a notebook that is not JSON or is nested deeper than the
 parser follows, no code of the learner's for that exercise, a cell that does not parse or

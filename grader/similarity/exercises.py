@@ -28,7 +28,8 @@ from attention_learner.cell_rules import is_locked_cell
 from attention_learner.cell_rules import nbgrader_meta as nbgrader_metadata
 from grader.autograde.notebook_file import InvalidNotebook, read_notebook
 from grader.similarity.guards import NotCompared
-from grader.similarity.normalise import bound_names, import_aliases, normalise, parse_cell
+from grader.similarity.normalise import normalise, parse_cell
+from grader.similarity.scope import bound_names, import_aliases
 from grader.similarity.winnowing import all_hashes
 
 # nbgrader's ClearSolutions: the markers, and the code stub it writes for Python

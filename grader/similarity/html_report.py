@@ -1,8 +1,10 @@
 """REPORT/similarity.html: one self-contained page (inline CSS, no script, no outside file).
 
-Per exercise: what was compared, the clusters of similar submissions, and the top pairs
-with the two cells side by side, each matching region in the same colour and letter on
-both sides. It opens with what the scores mean and do not mean.
+First the submissions that match a known solution (the course's own, or published
+answers), as one table; then, per exercise: what was compared, the clusters of similar
+submissions, the matches with a known solution side by side, and the top pairs with the two
+cells side by side, each matching region in the same colour and letter on both sides. It
+opens with what the scores mean and do not mean.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from grader.similarity.scoring import (
 from grader.similarity.winnowing import K, W
 
 if TYPE_CHECKING:
-    from grader.similarity.run import ExerciseResult, Match, Report
+    from grader.similarity.run import ExerciseResult, KnownMatch, Match, Report
 
-TOP_PAIRS = 10  # pairs shown side by side per exercise (the CSV has every one)
+TOP_PAIRS = 10  # pairs (and known-solution matches) shown side by side per exercise (the CSVs have every one)
 NAMES_SHOWN = 50  # members listed per cluster or common answer
 REGION_COLOURS = ["#fff3b0", "#c9f2d0", "#cfe3ff", "#ffd6e0", "#e6d5ff", "#ffe1c2"]
 
@@ -95,18 +97,81 @@ def _names(students: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _pair(match: Match) -> str:
-    pair = match.pair
-    a, b = _e(match.a.student), _e(match.b.student)
+def _sides(
+    a: str,
+    source_a: str,
+    lines_a: dict[int, int],
+    b: str,
+    source_b: str,
+    lines_b: dict[int, int],
+    facts: str,
+    kind: str = "pair",
+) -> str:
+    """Two cells side by side under a heading naming both, their matching regions marked;
+    ``kind`` is the article's class: ``pair`` (two students) or ``pair known`` (one and a known solution)."""
+    a, b = _e(a), _e(b)
     return (
-        '<article class="pair">'
-        f'<h4><span class="id">{a}</span> and <span class="id">{b}</span>: '
-        f"score {pair.score:.2f}, {match.shared_lines} matching lines, {pair.shared} shared fingerprints</h4>"
+        f'<article class="{kind}">'
+        f'<h4><span class="id">{a}</span> and <span class="id">{b}</span>: {facts}</h4>'
         '<div class="sides">'
-        f'<div class="side"><h5 class="id">{a}</h5>{_code(match.a.source, match.lines_a)}</div>'
-        f'<div class="side"><h5 class="id">{b}</h5>{_code(match.b.source, match.lines_b)}</div>'
+        f'<div class="side"><h5 class="id">{a}</h5>{_code(source_a, lines_a)}</div>'
+        f'<div class="side"><h5 class="id">{b}</h5>{_code(source_b, lines_b)}</div>'
         "</div></article>"
     )
+
+
+def _pair(match: Match) -> str:
+    facts = (
+        f"score {match.pair.score:.2f}, {match.shared_lines} matching lines, "
+        f"{match.pair.shared} shared fingerprints"
+    )
+    return _sides(
+        match.a.student, match.a.source, match.lines_a, match.b.student, match.b.source, match.lines_b, facts
+    )
+
+
+def _known_match(match: KnownMatch) -> str:
+    facts = (
+        f"Jaccard {match.score:.2f}, {match.shared_lines} matching lines, {match.shared} shared fingerprints"
+    )
+    return _sides(
+        match.entry.student,
+        match.entry.source,
+        match.lines_entry,
+        match.known.student,
+        match.known.source,
+        match.lines_known,
+        facts,
+        "pair known",
+    )
+
+
+def _known_table(report: Report) -> str:
+    """Every submission matching a known solution, best first, in one table."""
+    folders = ", ".join(f'<span class="id">{_e(f)}</span>' for f in report.against)
+    parts = [
+        '<section id="known"><h2>Matching a known solution</h2>',
+        f'<p class="muted">Each submission compared with every known solution of its exercise, '
+        f"read from {folders} as a submission is: the share of fingerprints the two have in common "
+        "(Jaccard, 0 to 1, none dropped as common, none weighted), listed at the threshold or more. "
+        "A known solution is evidence however many handed it in, so these are listed even when the "
+        "pairs between students are not.</p>",
+    ]
+    if not report.known:
+        parts.append('<p class="muted">None: no submission matches a known solution.</p></section>')
+        return "".join(parts)
+    rows = "".join(
+        f"<tr><td>{_e(r.exercise.assignment)}</td><td>{_e(r.exercise.label)}</td>"
+        f'<td class="id">{_e(k.entry.student)}</td><td class="id">{_e(k.known.student)}</td>'
+        f"<td>{k.score:.2f}</td><td>{k.shared_lines}</td></tr>"
+        for r, k in report.known
+    )
+    parts.append(
+        '<div class="scroll"><table class="list"><thead><tr><th>assignment</th><th>exercise</th>'
+        "<th>student</th><th>known solution</th><th>score</th><th>matching lines</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div></section>"
+    )
+    return "".join(parts)
 
 
 def _exercise(result: ExerciseResult, threshold: float) -> str:
@@ -118,12 +183,15 @@ def _exercise(result: ExerciseResult, threshold: float) -> str:
         f"one fingerprint and were scored; {len(result.matches)} scored {threshold:g} or more. "
         f"{result.nothing_own} had no code of their own to compare (only what was given, or "
         f"only what most submissions share); {result.common} fingerprints were dropped as "
-        f"shared by more than {MAX_COMMON_FRACTION:.0%} of the submissions.</p>",
+        f"shared by more than {MAX_COMMON_FRACTION:.0%} of the submissions. "
+        f"{len(result.known)} match one of the {result.known_solutions} known solutions.</p>",
     ]
     parts.append("<h3>Clusters</h3>")
     if result.clusters:
         parts.append(
-            '<p class="muted">Submissions linked by pairs at or above the threshold '
+            '<p class="muted">Submissions linked by pairs at or above the threshold, or identical '
+            f"once normalised ({LONG_MATCH} fingerprints or more, however many handed them in: "
+            "fingerprints so common are left out of the pairs' scores) "
             "(a chain: not every two members need be similar).</p><ol>"
         )
         for group in result.clusters:
@@ -145,6 +213,10 @@ def _exercise(result: ExerciseResult, threshold: float) -> str:
         for group in result.common_answers:
             parts.append(f"<li>{len(group.students)} submissions: {_names(group.students)}</li>")
         parts.append("</ul>")
+    if result.known:
+        shown_known = result.known[:TOP_PAIRS]
+        parts.append(f"<h3>Matching a known solution ({len(shown_known)} of {len(result.known)})</h3>")
+        parts += [_known_match(k) for k in shown_known]
     if result.matches:
         shown = result.matches[:TOP_PAIRS]
         parts.append(f"<h3>Top pairs ({len(shown)} of {len(result.matches)})</h3>")
@@ -186,7 +258,8 @@ def _notes(report: Report) -> str:
 def render(report: Report) -> str:
     contents = "".join(
         f'<li><a href="#{_anchor(r)}">{_e(r.exercise.assignment)}: {_e(r.exercise.label)}</a> '
-        f"({len(r.matches)} pairs, {len(r.clusters)} clusters, {len(r.common_answers)} common answers)</li>"
+        f"({len(r.matches)} pairs, {len(r.clusters)} clusters, {len(r.common_answers)} common answers, "
+        f"{len(r.known)} matching a known solution)</li>"
         for r in report.results
     )
     body = [
@@ -202,6 +275,7 @@ def render(report: Report) -> str:
         '<dl class="facts">',
         f"<dt>threshold</dt><dd>{report.threshold:g} (weighted Jaccard of fingerprint sets, 0 to 1)</dd>",
         f"<dt>source</dt><dd>{_e(report.source)}</dd>",
+        f"<dt>known solutions</dt><dd>{', '.join(_e(f) for f in report.against)}</dd>",
         f"<dt>submissions</dt><dd>{report.submissions}</dd>",
         f"<dt>pairs scored</dt><dd>{report.pairs_compared}</dd>",
         f"<dt>method</dt><dd>normalised AST tokens, {K}-grams winnowed in windows of {W}, each "
@@ -214,6 +288,7 @@ def render(report: Report) -> str:
         _skipped(report),
         "</section>",
         _notes(report),
+        _known_table(report),
         *(_exercise(r, report.threshold) for r in report.results),
         "</main>",
     ]

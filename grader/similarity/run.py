@@ -1,4 +1,5 @@
-"""One similarity run: find the submissions, fingerprint each exercise, score, write the report."""
+"""One similarity run: find the submissions and the known solutions, fingerprint each exercise,
+score the pairs and the matches with a known solution, write the report."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from grader.autograde.submissions import find_submissions
 from grader.similarity.exercises import Exercise, SourceAssignment, open_notebook, read_source
 from grader.similarity.guards import Budget, NotCompared
 from grader.similarity.html_report import render
-from grader.similarity.scoring import Pair, clusters, matching_lines, score_pairs
-from grader.similarity.submitted import submitted_parts, submitted_tokens
+from grader.similarity.known import known_notebooks, match_known
+from grader.similarity.normalise import Tokens
+from grader.similarity.scoring import LONG_MATCH, Pair, clusters, matching_lines, score_pairs
+from grader.similarity.submitted import Submitted, submitted_parts, submitted_tokens
 from grader.similarity.winnowing import Fingerprints, fingerprint
 
 CSV_HEADER = ["assignment", "exercise", "student_a", "student_b", "score", "shared_lines"]
+KNOWN_HEADER = ["assignment", "exercise", "student", "known_solution", "score", "shared_lines"]
 ALL_EXERCISES = "(all)"  # the exercise column of a submission that could not be read at all
 
 
@@ -46,6 +50,22 @@ class Match:
 
 
 @dataclass
+class KnownMatch:
+    """A submission that matches a known solution of its exercise."""
+
+    entry: Entry
+    known: Entry  # its ``student`` is where the known solution is (``solutions/.../x.ipynb``)
+    score: float  # Jaccard index of the fingerprint sets (``known``)
+    shared: int  # fingerprints shared
+    lines_entry: dict[int, int]  # line of the submission -> matching region number
+    lines_known: dict[int, int]
+
+    @property
+    def shared_lines(self) -> int:
+        return min(len(self.lines_entry), len(self.lines_known))
+
+
+@dataclass
 class Group:
     students: list[str]
     best: float  # the highest score of a pair inside it
@@ -56,11 +76,13 @@ class ExerciseResult:
     exercise: Exercise
     entries: list[Entry]
     matches: list[Match]  # every pair at or above the threshold, best first
-    clusters: list[Group]  # linked by reported pairs
+    clusters: list[Group]  # linked by reported pairs, or identical once normalised
     common_answers: list[Group]  # submissions sharing a short answer that many wrote
     compared: int  # pairs scored (they shared a fingerprint)
     nothing_own: int  # submissions with no code of their own (the stub, or nothing new)
     common: int  # fingerprints dropped as shared by too many submissions
+    known: list[KnownMatch] = field(default_factory=list)  # best first
+    known_solutions: int = 0  # known solutions of this exercise compared with
 
 
 @dataclass
@@ -75,6 +97,7 @@ class Skip:
 class Report:
     threshold: float
     source: Path
+    against: list[Path] = field(default_factory=list)  # the folders of known solutions, the source first
     results: list[ExerciseResult] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     notes: list[Skip] = field(default_factory=list)  # compared, but some cells were left out or moved
@@ -99,12 +122,35 @@ class Report:
             ),
         )
 
+    @property
+    def known(self) -> list[tuple[ExerciseResult, KnownMatch]]:
+        found = [(r, k) for r in self.results for k in r.known]
+        return sorted(
+            found,
+            key=lambda rk: (
+                -rk[1].score,
+                rk[0].exercise.assignment,
+                rk[0].exercise.label,
+                rk[1].entry.student,
+                rk[1].known.student,
+            ),
+        )
+
     def line(self) -> str:
         return (
             f"{self.submissions} submissions, {len(self.results)} exercises, "
             f"{self.pairs_compared} pairs scored, {len(self.matches)} at or above "
-            f"{self.threshold:g}, {len(self.skipped)} not compared"
+            f"{self.threshold:g}, {sum(len(r.clusters) for r in self.results)} clusters, "
+            f"{len(self.known)} matching a known solution, {len(self.skipped)} not compared"
         )
+
+
+def _by_notebook(assignment: SourceAssignment) -> dict[str, list[Exercise]]:
+    """The assignment's exercises, by the notebook they are in."""
+    found: dict[str, list[Exercise]] = {}
+    for exercise in assignment.exercises:
+        found.setdefault(exercise.notebook, []).append(exercise)
+    return found
 
 
 def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, list[Entry]]:
@@ -112,9 +158,7 @@ def _collect(assignment: SourceAssignment, subs, report: Report) -> dict[str, li
     goes to ``report.skipped``, cells left out of what is compared to ``report.notes``."""
     entries: dict[str, list[Entry]] = {e.label: [] for e in assignment.exercises}
     seen: dict[tuple[str, str], tuple[Fingerprints, list[str]]] = {}
-    by_notebook: dict[str, list[Exercise]] = {}
-    for exercise in assignment.exercises:
-        by_notebook.setdefault(exercise.notebook, []).append(exercise)
+    by_notebook = _by_notebook(assignment)
     for sub in subs:
         student = sub.student
         if sub.problem:
@@ -188,23 +232,86 @@ def _entry(
     parts = submitted_parts(nb, exercise, budget)
     key = (exercise.label, parts.text)
     if key not in seen:
-        tokens, notes = submitted_tokens(parts, exercise, budget, cache)
-        prints = fingerprint(tokens, exercise.given_hashes)
-        if parts.missing is not None:
-            if not prints.positions:  # nothing of the learner's own anywhere else either
-                raise NotCompared(parts.missing)
-            notes.insert(0, f"{parts.missing}: the other cells the learner could edit were compared")
-        seen[key] = prints, parts.notes + notes
+        seen[key] = _fingerprinted(parts, exercise, budget, cache)
     return Entry(student, parts.text, seen[key][0])
 
 
-def _score(exercise: Exercise, entries: list[Entry], threshold: float) -> ExerciseResult:
+def _fingerprinted(
+    parts: Submitted, exercise: Exercise, budget: Budget, cache: dict
+) -> tuple[Fingerprints, list[str]]:
+    """The fingerprints of what ``parts`` hold for ``exercise`` (what was given left out), and
+    notes on what was left out or missing; NotCompared when nothing is the learner's own."""
+    tokens, notes = submitted_tokens(parts, exercise, budget, cache)
+    prints = fingerprint(tokens, exercise.given_hashes)
+    if parts.missing is not None:
+        if not prints.positions:  # nothing of the learner's own anywhere else either
+            raise NotCompared(parts.missing)
+        notes.insert(0, f"{parts.missing}: the other cells the learner could edit were compared")
+    return prints, parts.notes + notes
+
+
+def _known(assignment: SourceAssignment, folders: list[Path], report: Report) -> dict[str, list[Entry]]:
+    """The known solutions of each exercise of ``assignment`` (by label), read from ``folders``
+    as a submission is; one that cannot be read goes to ``report.skipped``."""
+    known: dict[str, list[Entry]] = {e.label: [] for e in assignment.exercises}
+    by_notebook = _by_notebook(assignment)
+    for notebook, exercises in by_notebook.items():
+        for folder in folders:
+            for label, path in known_notebooks(folder, assignment.name, notebook):
+                budget, cache = Budget(), dict[str, Tokens]()
+                try:
+                    nb = open_notebook(path)
+                except NotCompared as exc:
+                    report.skipped.append(Skip(assignment.name, ALL_EXERCISES, f"(known) {label}", str(exc)))
+                    continue
+                for exercise in exercises:
+                    parts = submitted_parts(nb, exercise, budget)
+                    if parts.missing is not None:  # a known notebook without this exercise is no answer to it
+                        continue
+                    try:
+                        prints, _ = _fingerprinted(parts, exercise, budget, cache)
+                    except NotCompared as exc:
+                        report.skipped.append(
+                            Skip(assignment.name, exercise.label, f"(known) {label}", str(exc))
+                        )
+                        continue
+                    known[exercise.label].append(Entry(label, parts.text, prints))
+    return known
+
+
+def _identical(entries: list[Entry]) -> list[Pair]:
+    """Pairs linking each submission to the first of those with the same fingerprints, of at
+    least LONG_MATCH of them (about six lines of the learner's own code, once normalised)."""
+    first: dict[frozenset[int], int] = {}
+    links = []
+    for i, entry in enumerate(entries):
+        if len(entry.prints) >= LONG_MATCH:
+            j = first.setdefault(frozenset(entry.prints.positions), i)
+            if j != i:
+                links.append(Pair(j, i, 1.0, len(entry.prints)))
+    return links
+
+
+def _score(exercise: Exercise, entries: list[Entry], known: list[Entry], threshold: float) -> ExerciseResult:
+    """The pairs, clusters, common answers and known-solution matches of one exercise.
+
+    Clusters are the connected components of the reported pairs and of the links between
+    identical submissions (:func:`_identical`): ten students handing in the same answer are
+    one cluster of ten even when that answer is so common in the class that ``scoring`` drops
+    its fingerprints and reports no pair of them."""
     scored = score_pairs([e.prints.positions for e in entries], threshold)
     matches = []
     for pair in scored.pairs:
         a, b = entries[pair.a], entries[pair.b]
         lines_a, lines_b = matching_lines(a.prints, b.prints, scored.counted)
         matches.append(Match(pair, a, b, lines_a, lines_b))
+
+    found_known = []
+    for s in match_known([e.prints for e in entries], [k.prints for k in known], threshold):
+        entry, solution = entries[s.entry], known[s.known]
+        own = set(entry.prints.positions) | set(solution.prints.positions)
+        lines_entry, lines_known = matching_lines(entry.prints, solution.prints, own)
+        found_known.append(KnownMatch(entry, solution, s.score, s.shared, lines_entry, lines_known))
 
     def groups(pairs: list[Pair]) -> list[Group]:
         found = []
@@ -219,16 +326,19 @@ def _score(exercise: Exercise, entries: list[Entry], threshold: float) -> Exerci
         exercise,
         entries,
         matches,
-        groups(scored.pairs),
+        groups(scored.pairs + _identical(entries)),
         groups(scored.common_answers),
         scored.compared,
         nothing_own,
         scored.common,
+        found_known,
+        len(known),
     )
 
 
-def compare(submitted: Path, source: Path, threshold: float) -> Report:
-    """Every pair of submissions of every exercise, scored; nothing written."""
+def compare(submitted: Path, source: Path, threshold: float, against: list[Path] | None = None) -> Report:
+    """Every pair of submissions of every exercise, and every submission against each known
+    solution (the source's, and those in the ``against`` folders), scored; nothing written."""
     start = time.monotonic()
     assignments = read_source(source)
     if not any(a.exercises for a in assignments.values()):
@@ -238,7 +348,8 @@ def compare(submitted: Path, source: Path, threshold: float) -> Report:
             + (f" ({'; '.join(problems)})" if problems else "")
         )
     subs = find_submissions(submitted, {name: a.notebooks for name, a in assignments.items()})
-    report = Report(threshold, source, submissions=len(subs))
+    folders = [source, *(f for f in against or [] if f.resolve() != source.resolve())]
+    report = Report(threshold, source, folders, submissions=len(subs))
     for name, assignment in assignments.items():
         mine = [s for s in subs if s.assignment == name]
         if not mine:
@@ -246,15 +357,17 @@ def compare(submitted: Path, source: Path, threshold: float) -> Report:
         for problem in assignment.problems:
             report.skipped.append(Skip(name, ALL_EXERCISES, "(source)", problem))
         entries = _collect(assignment, mine, report)
+        known = _known(assignment, folders, report)
         for exercise in assignment.exercises:
-            report.results.append(_score(exercise, entries[exercise.label], threshold))
+            report.results.append(_score(exercise, entries[exercise.label], known[exercise.label], threshold))
     report.seconds = time.monotonic() - start
     return report
 
 
 def write_report(report: Report, out: Path) -> tuple[Path, Path]:
-    """REPORT/similarity.csv (one row per pair at or above the threshold, best first) and
-    REPORT/similarity.html; both are replaced whole, never half-written."""
+    """REPORT/similarity.csv (one row per pair at or above the threshold, best first),
+    REPORT/known_solutions.csv (one row per submission matching a known solution, best first)
+    and REPORT/similarity.html; each is replaced whole, never half-written."""
     out.mkdir(parents=True, exist_ok=True)
     rows = [
         [
@@ -269,11 +382,25 @@ def write_report(report: Report, out: Path) -> tuple[Path, Path]:
     ]
     csv_path, html_path = out / "similarity.csv", out / "similarity.html"
     write_csv(csv_path, CSV_HEADER, rows)
+    known_rows = [
+        [
+            r.exercise.assignment,
+            r.exercise.label,
+            k.entry.student,
+            k.known.student,
+            round(k.score, 4),
+            k.shared_lines,
+        ]
+        for r, k in report.known
+    ]
+    write_csv(out / "known_solutions.csv", KNOWN_HEADER, known_rows)
     write_atomically(html_path, printable(render(report)))
     return csv_path, html_path
 
 
-def similarity_report(submitted: Path, out: Path, source: Path, threshold: float) -> Report:
-    report = compare(submitted, source, threshold)
+def similarity_report(
+    submitted: Path, out: Path, source: Path, threshold: float, against: list[Path] | None = None
+) -> Report:
+    report = compare(submitted, source, threshold, against)
     write_report(report, out)
     return report
