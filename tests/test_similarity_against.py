@@ -64,6 +64,31 @@ def test_ten_who_hand_in_the_reference_are_all_listed_and_one_cluster(tmp_path):
     assert "10 matching a known solution" in report.line()
 
 
+def _tweaked() -> dict[str, str]:
+    """The reference with one statement written another way, four ways."""
+    ref = reference_solution()
+    edits = {
+        "sum": ("total = e.sum(axis=-1, keepdims=True)", "total = np.sum(e, axis=-1, keepdims=True)"),
+        "mask": ("scores = np.where(mask, scores, -np.inf)", "scores = np.where(mask, scores, -1e9)"),
+        "return": ("return weights @ V, weights", "out = weights @ V\n    return out, weights"),
+        "scale": ("/ math.sqrt(d_k)", "/ np.sqrt(d_k)"),
+    }
+    tweaked = {}
+    for name, (old, new) in edits.items():
+        assert ref.count(old) == 1, old
+        tweaked[f"tweak_{name}"] = ref.replace(old, new)
+    return tweaked
+
+
+def test_copies_of_the_reference_changed_in_a_statement_are_one_cluster(tmp_path):
+    students: dict[str, str | None] = {**dict.fromkeys(COPIERS[:6], reference_solution()), **_tweaked()}
+    students.update(zip(OWN, INDEPENDENT[:2], strict=True))
+    result = _result(compare(write_class(tmp_path / "submitted", students), SOLUTIONS, 0.5))
+    near = sorted([*COPIERS[:6], *_tweaked()])
+    assert sorted(k.entry.student for k in result.known) == near
+    assert [sorted(c.students) for c in result.clusters] == [near]
+
+
 def test_a_student_who_wrote_their_own_is_not_listed(tmp_path):
     submitted = write_class(tmp_path / "submitted", dict(zip(OWN, INDEPENDENT[:2], strict=True)))
     result = _result(compare(submitted, SOLUTIONS, 0.5))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
+from grader.similarity.known import NEAR_KNOWN
 from grader.similarity.scoring import (
     COMMON_ANSWER_FRACTION,
     COMMON_FLOOR,
@@ -189,10 +190,10 @@ def _exercise(result: ExerciseResult, threshold: float) -> str:
     parts.append("<h3>Clusters</h3>")
     if result.clusters:
         parts.append(
-            '<p class="muted">Submissions linked by pairs at or above the threshold, or identical '
-            f"once normalised ({LONG_MATCH} fingerprints or more, however many handed them in: "
-            "fingerprints so common are left out of the pairs' scores) "
-            "(a chain: not every two members need be similar).</p><ol>"
+            '<p class="muted">Submissions linked by pairs at or above the threshold, by being identical '
+            f"once normalised ({LONG_MATCH} fingerprints or more), or by each scoring {NEAR_KNOWN:g} or "
+            "more against the same known solution, however many handed them in (code so common is "
+            "left out of the pairs' scores) (a chain: not every two members need be similar).</p><ol>"
         )
         for group in result.clusters:
             parts.append(

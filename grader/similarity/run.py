@@ -12,7 +12,7 @@ from grader.autograde.submissions import find_submissions
 from grader.similarity.exercises import Exercise, SourceAssignment, open_notebook, read_source
 from grader.similarity.guards import Budget, NotCompared
 from grader.similarity.html_report import render
-from grader.similarity.known import known_notebooks, match_known
+from grader.similarity.known import NEAR_KNOWN, jaccard, known_notebooks, match_known
 from grader.similarity.normalise import Tokens
 from grader.similarity.scoring import LONG_MATCH, Pair, clusters, matching_lines, score_pairs
 from grader.similarity.submitted import Submitted, submitted_parts, submitted_tokens
@@ -292,13 +292,32 @@ def _identical(entries: list[Entry]) -> list[Pair]:
     return links
 
 
+def _near_the_same_known(entries: list[Entry], matches: list[KnownMatch]) -> list[Pair]:
+    """Pairs linking the submissions that each score NEAR_KNOWN or more against the same known
+    solution, each scored by the plain Jaccard of the two (at least ``2 NEAR_KNOWN - 1``: the
+    Jaccard distance obeys the triangle inequality)."""
+    index = {id(e): i for i, e in enumerate(entries)}
+    near: dict[int, list[int]] = {}  # a known solution (by id) -> the submissions near it
+    for match in matches:
+        if match.score >= NEAR_KNOWN:
+            near.setdefault(id(match.known), []).append(index[id(match.entry)])
+    links = []
+    for members in near.values():
+        first, *rest = sorted(members)
+        for i in rest:
+            score, shared = jaccard(entries[first].prints, entries[i].prints)
+            links.append(Pair(first, i, score, shared))
+    return links
+
+
 def _score(exercise: Exercise, entries: list[Entry], known: list[Entry], threshold: float) -> ExerciseResult:
     """The pairs, clusters, common answers and known-solution matches of one exercise.
 
-    Clusters are the connected components of the reported pairs and of the links between
-    identical submissions (:func:`_identical`): ten students handing in the same answer are
-    one cluster of ten even when that answer is so common in the class that ``scoring`` drops
-    its fingerprints and reports no pair of them."""
+    Clusters are the connected components of the reported pairs, of the links between
+    identical submissions (:func:`_identical`) and of those near the same known solution
+    (:func:`_near_the_same_known`): ten students handing in the same answer, or the reference
+    each changed in a statement, are one cluster of ten even when that answer is so common in
+    the class that ``scoring`` drops its fingerprints and reports no pair of them."""
     scored = score_pairs([e.prints.positions for e in entries], threshold)
     matches = []
     for pair in scored.pairs:
@@ -326,7 +345,7 @@ def _score(exercise: Exercise, entries: list[Entry], known: list[Entry], thresho
         exercise,
         entries,
         matches,
-        groups(scored.pairs + _identical(entries)),
+        groups(scored.pairs + _identical(entries) + _near_the_same_known(entries, found_known)),
         groups(scored.common_answers),
         scored.compared,
         nothing_own,
