@@ -139,3 +139,17 @@ def test_against_a_missing_folder_is_a_usage_error(tmp_path, capsys):
     assert main(["similarity", str(submitted), "--out", str(tmp_path / "r"), "--against", str(missing)]) == 2
     assert f"the --against folder {missing} is not a directory" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_the_source_given_again_is_read_once_and_a_broken_submission_stops_nobody(tmp_path):
+    submitted = write_class(
+        tmp_path / "submitted", {"copier01": reference_solution(), "own01": INDEPENDENT[0]}
+    )
+    broken = submitted / "broken" / CH3
+    broken.mkdir(parents=True)
+    (broken / f"{CH3}.ipynb").write_text("{" * 100_000)  # not JSON, and deeper than the parser follows
+    report = compare(submitted, SOLUTIONS, 0.5, [SOLUTIONS, SOLUTIONS / ".." / SOLUTIONS.name])
+    result = _result(report)
+    assert report.against == [SOLUTIONS] and result.known_solutions == 1
+    assert [k.entry.student for k in result.known] == ["copier01"]
+    assert {s.student for s in report.skipped} == {"broken"}

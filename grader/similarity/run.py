@@ -367,7 +367,10 @@ def compare(submitted: Path, source: Path, threshold: float, against: list[Path]
             + (f" ({'; '.join(problems)})" if problems else "")
         )
     subs = find_submissions(submitted, {name: a.notebooks for name, a in assignments.items()})
-    folders = [source, *(f for f in against or [] if f.resolve() != source.resolve())]
+    folders: list[Path] = []  # the source first, then each --against folder once
+    for folder in [source, *(against or [])]:
+        if all(folder.resolve() != f.resolve() for f in folders):
+            folders.append(folder)
     report = Report(threshold, source, folders, submissions=len(subs))
     for name, assignment in assignments.items():
         mine = [s for s in subs if s.assignment == name]
