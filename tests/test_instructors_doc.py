@@ -28,6 +28,13 @@ Every path the term creates in the copy must be one that ``.gitignore`` ignores,
 ``test_every_path_the_docs_write_is_ignored`` (fast) reads the same from the pages' commands,
 so that one ``git add -A`` after a term publishes no student's work.
 
+After the page, the term's own watcher command is started again for the issue's "Done when"
+(issue 34): one notebook on the idle watcher, then 12 arrivals at once, among them an infinite
+loop (which alone needs the whole 60 s timeout), a timestamp.txt 45 days early (flagged, the
+server's arrival counts) and a student with a row in grading/extensions.csv (in the
+gradebook's extension). Every classmate's feedback must come before the stuck one's, and all
+12 within twice the time the slowest one needs alone; the latencies are printed.
+
 Two substitutions make the page's paths the test's: the exchange ``/srv/nbgrader/exchange``
 is a temporary folder, and formgrader's port is a free one. Three commands are not run, each
 for the reason in ``NOT_RUN``; the test fails if any of them is no longer on the page, so
@@ -36,6 +43,7 @@ the list cannot rot.
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import os
@@ -47,6 +55,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -60,6 +69,9 @@ pytestmark = [pytest.mark.grading, pytest.mark.slow, pytest.mark.ch03, pytest.ma
 A = "03_scaled_dot_product"
 EXCHANGE = "/srv/nbgrader/exchange"
 STUDENTS = ("ann", "bob")
+RUSH = 12  # arrivals at once after the page, as in issue 34's "Done when"
+TIMEOUT = 60.0  # the watcher's default notebook timeout: the stuck one alone needs at least this
+LATENCY = re.compile(r"\] (\S+)\+" + A + r": (\w+) .*\(feedback ([0-9.]+) s after it arrived")
 BIN = Path(sys.executable).parent
 NOT_RUN = {  # a line's beginning -> why this test does not run it
     "make test": "it runs this test suite",
@@ -273,6 +285,69 @@ class Term:
                     "the watcher to grade both students",
                 )
 
+    def rush(self, watch_body: str) -> dict[str, float]:
+        """The page's watcher again: one notebook alone, then RUSH at once (see the module's
+        docstring); each arrival's latency as the watcher logged it, from the folder's complete
+        time to its feedback."""
+        self.service(watch_body)
+        process, log, _ = self.services[-1]
+        inbound = self.exchange / "attention" / "inbound"
+
+        def hand_in(student: str, notebook, claimed: datetime | None = None) -> Path:
+            stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S.%f} UTC"
+            folder = (
+                self.root
+                / "staged"
+                / f"{student}+{A}+{stamp}+{base64.urlsafe_b64encode(os.urandom(6)).decode()}"
+            )
+            folder.mkdir(parents=True)
+            nbformat.write(notebook, folder / f"{A}.ipynb")
+            (folder / "timestamp.txt").write_text(f"{claimed:%Y-%m-%d %H:%M:%S.%f} UTC" if claimed else stamp)
+            (folder / "submission_secret.txt").write_text(os.urandom(64).hex())
+            return folder
+
+        def latencies() -> dict[str, float]:
+            return {m.group(1): float(m.group(3)) for m in LATENCY.finditer(log.read_text())}
+
+        solo = hand_in("solo", solved_notebook(A))
+        os.rename(solo, inbound / solo.name)
+        self.wait(lambda: "solo" in latencies(), process, log, "the idle watcher's one grading")
+        stuck = solved_notebook(A)
+        answer = next(c for c in stuck.cells if c.metadata.get("nbgrader", {}).get("solution"))
+        answer.source = "while True:\n    pass"  # the first answer never ends
+        (self.clone / "grading" / "extensions.csv").write_text(
+            f"student_id,assignment,due,extra_hours\nr02,{A},,48\n", encoding="utf-8"
+        )
+        staged = [
+            hand_in("r01", stuck),
+            hand_in("r03", solved_notebook(A), datetime.now(UTC) - timedelta(days=45)),
+        ]
+        staged += [hand_in(f"r{n:02d}", solved_notebook(A)) for n in range(2, RUSH + 1) if n != 3]
+        for folder in staged:  # all at once: a rename each
+            os.rename(folder, inbound / folder.name)
+        rush = [f"r{n:02d}" for n in range(1, RUSH + 1)]
+        self.wait(lambda: set(rush) <= set(latencies()), process, log, "the rush's gradings", 600)
+        seen = latencies()
+        print(f"\none notebook on the idle watcher: feedback {seen['solo']:.2f} s after it arrived")
+        print(f"{RUSH} at once: " + ", ".join(f"{s} {seen[s]:.2f} s" for s in rush))
+        others = [seen[s] for s in rush if s != "r01"]
+        assert max(others) < seen["r01"], seen  # the stuck one delays nobody
+        assert max(seen[s] for s in rush) <= 2 * max(TIMEOUT, seen["solo"]), seen
+        forged = json.loads((self.clone / "grading" / "r03" / A / "results.json").read_text())
+        flag = [f for f in forged["flags"] if "before the server received it" in f]
+        assert flag and "45 d" in flag[0], forged["flags"]
+        assert forged["timestamp"] == forged["arrived_at"] != forged["claimed_at"], forged
+        with open(self.clone / "grading" / "grades.csv", newline="", encoding="utf-8") as handle:
+            rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(handle)}
+        assert "server received it" in rows[("r03", A)]["flags"], rows[("r03", A)]
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{self.clone / 'grading' / 'gradebook.db'}") as gradebook:
+            assert gradebook.find_submission(A, "r02").extension == timedelta(hours=48)
+            assert all(n.flagged for n in gradebook.find_submission(A, "r03").notebooks)
+        self.stop_services()
+        return seen
+
     @staticmethod
     def wait(condition, process: subprocess.Popen, log: Path, what: str, seconds: float = 240.0):
         deadline = time.monotonic() + seconds
@@ -331,6 +406,7 @@ def test_every_command_of_instructors_md_runs(tmp_path):
     before = {p.name for p in term.clone.iterdir()}
     seen: set[str] = set()
     counts = {"bash": 0, "bash student": 0, "bash service": 0, "python": 0}
+    watch_body = ""
     try:
         for info, body in blocks(page):
             if info not in counts:
@@ -342,6 +418,7 @@ def test_every_command_of_instructors_md_runs(tmp_path):
             body = without_skipped(body, seen)
             if not body.strip():
                 continue
+            watch_body = body if "--watch" in body else watch_body
             {"bash": term.instructor, "bash student": term.student, "bash service": term.service}[info](body)
         term.stop_services()
     finally:
@@ -362,3 +439,9 @@ def test_every_command_of_instructors_md_runs(tmp_path):
     assert {"course", "grading", "similarity"} <= set(created), created
     exposed = {name for name, ignored in ignored_by_git(created).items() if not ignored}
     assert exposed == set(), f"the term wrote paths .gitignore does not ignore: {sorted(exposed)}"
+    try:
+        term.rush(watch_body)
+    finally:
+        for process, _log, _body in term.services:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
