@@ -35,6 +35,8 @@ gradebook's ``SubmittedAssignment.timestamp`` and results.json's ``timestamp`` a
 only the student's claim (``claimed_at``), flagged in grades.csv and formgrader when it is more
 than ``deadlines.CLOCK_SKEW_LIMIT`` away (``deadlines.judge_time``). A copy without a regular
 ``timestamp.txt`` (a symlink is not one) gets one holding the arrival, for nbgrader's layout.
+An edit of OUT/extensions.csv grades again the newest arrival of each student and assignment
+whose row changed (:meth:`Watcher.extensions_edited`; the row is in its fingerprint).
 
 ``--max-per-hour N``: one owner's submissions are graded (or refused) at most N times in any
 hour, counted by the folder's unix owner (by claimed id only for folders of root or of the
@@ -64,6 +66,7 @@ from grader.autograde.reports import feedback_html, write_atomically
 from grader.autograde.session import GradingSession
 from grader.autograde.submissions import student_id_problem
 from grader.course_cli import exchange_course
+from grader.deadlines import EXTENSIONS_FILE, DeadlineError, read_extensions
 from grader.inbound import Arrival
 
 POLL_SECONDS = 0.5
@@ -149,12 +152,14 @@ class Watcher:
         self._copies = 0  # names each arrival's copy, OUT/.watch/arrivals/<n>/
         shutil.rmtree(self.home / "arrivals", ignore_errors=True)  # an earlier run's, half made
         self.graded_now = 0
+        self._extensions: tuple[tuple[int, int] | None, dict[str, str]] | None = None  # (stat, rows)
 
     def step(self) -> int:
         """Start grading what arrived since the last look, each arrival on its own; hand back
         what ended meanwhile (waiting at most ``POLL_SECONDS`` for it while jobs run). The
         number of arrivals started or ended."""
         now = time.time()
+        self.extensions_edited()
         taken: dict[str, int] = {}
         for flight in self.flights.values():  # in flight: not yet among the owner's gradings
             taken[flight.arrival.rate_key] = taken.get(flight.arrival.rate_key, 0) + 1
@@ -176,6 +181,34 @@ class Watcher:
         for sub in ended:
             self.finish(f"{sub.student}+{sub.assignment}")
         return started + len(ended)
+
+    def extensions_edited(self) -> None:
+        """When OUT/extensions.csv changed since the last look (its mtime and size), each student
+        and assignment whose row was added, edited or removed loses its "graded" mark, so its
+        newest arrival is graded again under the new row. The first look only records the table;
+        a table that cannot be read is logged and left to the next edit."""
+        path = self.out / EXTENSIONS_FILE
+        try:
+            st = path.stat()
+            mark: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            mark = None
+        if self._extensions is not None and self._extensions[0] == mark:
+            return
+        try:
+            table = read_extensions(path) if mark is not None else {}
+        except DeadlineError as exc:
+            log(f"{exc} (read again when it changes)")
+            self._extensions = (mark, self._extensions[1] if self._extensions else {})
+            return
+        rows = {f"{student}+{assignment}": str(row) for (student, assignment), row in table.items()}
+        if self._extensions is not None:
+            before = self._extensions[1]
+            for key in sorted(k for k in set(rows) | set(before) if rows.get(k) != before.get(k)):
+                if self.state.graded.pop(key, None) is not None:
+                    log(f"{key}: its row of {EXTENSIONS_FILE} changed: graded again")
+            self.state.save()
+        self._extensions = (mark, rows)
 
     def _over_limit(self, arrival: Arrival, now: float, taken: int) -> list[float] | None:
         """The owner's gradings of the last hour if ``arrival`` would exceed --max-per-hour."""

@@ -158,6 +158,21 @@ def test_each_student_fetches_only_their_own_feedback(watch):
     assert "10 / 10" in (homes["ann"] / A / "feedback").rglob("*.html").__next__().read_text()
 
 
+def test_an_edited_extension_grades_that_students_submission_again(watch):
+    secret, _ = watch.drop("esme", solved_notebook(A))
+    watch.feedback(secret)
+    watch.wait_for(lambda: (watch.out / "esme" / A / "results.json").is_file(), "esme's result")
+    before = watch.result("esme")["fingerprint"]
+    table = watch.out / "extensions.csv"
+    table.write_text(f"student_id,assignment,due,extra_hours\nesme,{A},,24\n", encoding="utf-8")
+    again = f"esme+{A}: its row of extensions.csv changed: graded again"
+    watch.wait_for(
+        lambda: again in watch.log() and watch.result("esme")["fingerprint"] != before, "a re-grade"
+    )
+    assert watch.log().count("extensions.csv changed: graded again") == 1  # nobody else's
+    table.unlink()
+
+
 def test_the_newest_submission_is_the_one_graded(watch):
     now = datetime.now(UTC)
     first, _ = watch.drop("dora", learner_notebook(A), now - timedelta(minutes=2))
@@ -168,7 +183,8 @@ def test_the_newest_submission_is_the_one_graded(watch):
     time.sleep(3)
     assert not watch.page(older).exists()
     result = watch.result("dora")
-    assert result["score"] == FULL and result["timestamp"].startswith(now.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert result["score"] == FULL and result["claimed_at"].startswith(now.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert result["timestamp"] == result["arrived_at"]  # the server's clock decides
     kept = watch.out / ".watch" / "submitted" / "dora" / A / "timestamp.txt"
     assert kept.read_text() == now.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
