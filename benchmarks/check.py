@@ -25,8 +25,8 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# the sibling script, found through sys.path at run time (mypy knows it as benchmarks.grading)
-from grading import ASSIGNMENT, VENV_BIN, correct, env  # type: ignore[import-not-found]  # noqa: E402
+# the sibling module, found through sys.path at run time (mypy knows it as benchmarks.grading_course)
+from grading_course import ASSIGNMENT, VENV_BIN, correct, env  # type: ignore[import-not-found]  # noqa: E402
 
 OVERHEAD_LIMIT = 1.5  # seconds over the notebook's own run time, the learner check's budget
 

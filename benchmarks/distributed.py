@@ -1,6 +1,6 @@
 """Grading on one machine and on a Dask LocalCluster of 1 and 2 workers, in one run.
 
-Builds N distinct chapter 3 submissions (``benchmarks/grading.py``'s six variants) in a
+Builds N distinct chapter 3 submissions (``benchmarks/grading_course.py``'s six variants) in a
 temporary folder, then grades them three times with the same command, start-up included:
 
 1. ``python -m grader autograde ... --workers 2`` (one machine: the local fork server);
@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 
 # Python put this script's folder first on sys.path, where this file would shadow Dask's
-# own ``distributed``: take it off, and load the sibling grading.py by its path instead.
+# own ``distributed``: take it off, and load the sibling grading_course.py by its path instead.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-_spec = importlib.util.spec_from_file_location("attention_bench_grading", _HERE / "grading.py")
-_grading = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_grading)
-ASSIGNMENT, env, make_course = _grading.ASSIGNMENT, _grading.env, _grading.make_course
+_spec = importlib.util.spec_from_file_location("attention_bench_course", _HERE / "grading_course.py")
+_course = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_course)
+ASSIGNMENT, env, make_course = _course.ASSIGNMENT, _course.env, _course.make_course
 
 # The command's own CPU time (RUSAGE_SELF: not the fork server's, not the workers').
 WRAPPER = (

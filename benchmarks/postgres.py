@@ -1,6 +1,6 @@
 """What a PostgreSQL gradebook costs: the same class graded into SQLite and into PostgreSQL.
 
-Builds N chapter 3 submissions with ``benchmarks/grading.py``'s variants, then times, as whole
+Builds N chapter 3 submissions with ``benchmarks/grading_course.py``'s variants, then times, as whole
 commands (start-up included), ``python -m grader autograde`` with the default SQLite
 gradebook and with ``--db postgresql+psycopg://...`` (a fresh, empty database each time, so
 the PostgreSQL run also pays for creating nbgrader's tables), alternating the two backends
