@@ -76,6 +76,7 @@ def _make_shell() -> Any:
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
 
     class CollectingDisplayHook(DisplayHook):
         def __call__(self, result: Any = None) -> None:
@@ -122,7 +123,11 @@ def _make_shell() -> Any:
                 }
             )
 
-    shell = CollectingShell.instance(colors="nocolor")
+    # no history database: a kernel's In/Out stay in memory, but the sqlite file in the job's
+    # home and the thread that writes it (both per job) are not needed to grade one notebook
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = CollectingShell.instance(config=config, colors="nocolor")
     shell.showtraceback = types.MethodType(InteractiveShell.showtraceback, shell)
     shell.InteractiveTB.set_mode("Plain")  # Python's own format: 20x cheaper than "Context"
     shell.collected = []

@@ -1,6 +1,7 @@
 """Imported once by the fork server, so that each grading child starts with it loaded.
 
-What a notebook needs and nothing the learner must not have: numpy, torch, IPython, sympy
+What a notebook needs and nothing the learner must not have: numpy, torch, IPython (with the
+modules its shell imports when it is made, ~40 ms a job), sympy
 (gradcheck and some torch paths import it lazily, ~0.5 s) and the learner package with its
 case builders. Not matplotlib (0.35 s): no exercise notebook plots; a learner who does pays
 for it in their own child. Never ``grader.reference`` or ``grader.exercises``: a child
@@ -22,7 +23,14 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+# the shell, and what an InteractiveShell imports when it is made (so no child imports them)
+import IPython.core.application  # noqa: E402,F401
+import IPython.core.completer  # noqa: E402,F401
+import IPython.core.completerlib  # noqa: E402,F401
+import IPython.core.crashhandler  # noqa: E402,F401
 import IPython.core.interactiveshell  # noqa: E402,F401
+import IPython.core.magics  # noqa: E402,F401
+import IPython.core.oinspect  # noqa: E402,F401
 import sympy  # noqa: E402,F401
 import torch.fx.experimental.symbolic_shapes  # noqa: E402,F401
 
