@@ -129,13 +129,12 @@ class WatchState:
 
 @dataclass
 class Flight:
-    """An arrival being graded: its copy (``folder``/<student>/<assignment>), the notes its
-    results.json gets, and that file's mtime before (to tell a grading from a skip)."""
+    """An arrival being graded: its copy (``folder``/<student>/<assignment>) and its
+    results.json's mtime before (to tell a grading from a skip)."""
 
     arrival: Arrival
     folder: Path
     copy: Path
-    notes: list[str]
     stamp: int | None
 
 
@@ -296,9 +295,10 @@ class Watcher:
             shutil.rmtree(folder, ignore_errors=True)
             return
         stamp = _mtime(self.out / arrival.student / arrival.assignment / "results.json")
-        self.flights[arrival.key] = Flight(arrival, folder, copy, notes, stamp)
+        self.flights[arrival.key] = Flight(arrival, folder, copy, stamp)
         arrived = datetime.fromtimestamp(arrival.arrived_at, UTC).replace(tzinfo=None)
         self.session.run.arrived[(arrival.student, arrival.assignment)] = arrived  # the server's clock
+        self.session.run.arrival_notes[(arrival.student, arrival.assignment)] = notes
         try:
             queued = self.session.add(folder, problems)["queued"]
         except Exception as exc:  # a bug on one arrival must not stop the watch
@@ -324,7 +324,7 @@ class Watcher:
         os.replace(flight.copy, kept)
         graded = _mtime(self.out / arrival.student / arrival.assignment / "results.json") != flight.stamp
         if graded:
-            _keep_flags(self.out, arrival, self.state.flags.get(key, []), notes=flight.notes)
+            _keep_flags(self.out, arrival, self.state.flags.get(key, []))
         if self.exchange_course is not None:
             release_feedback(self.out, arrival.student, arrival.assignment, self.exchange_course)
         self.state.graded[key] = arrival.folder.name
@@ -363,10 +363,8 @@ class Watcher:
         ]
 
 
-def _keep_flags(
-    out: Path, arrival: Arrival, flags: list[str], *, refused: str = "", notes: list[str] = ()
-) -> None:
-    """Add ``flags`` and ``notes`` (each once) to the claimed student's results.json, keeping
+def _keep_flags(out: Path, arrival: Arrival, flags: list[str], *, refused: str = "") -> None:
+    """Add ``flags`` (each once) to the claimed student's results.json, keeping
     everything else; with ``refused`` and no results.json yet, write an ``invalid`` one that
     says why nothing was graded."""
     path = out / arrival.student / arrival.assignment / "results.json"
@@ -390,9 +388,8 @@ def _keep_flags(
         permissions.make_folders(path.parent)
     else:
         if refused:  # the student's own grade: only the flag is added
-            flags, notes = [refused], []
+            flags = [refused]
     result["flags"] = list(result.get("flags", [])) + [f for f in flags if f not in result.get("flags", [])]
-    result["notes"] = list(result.get("notes", [])) + [n for n in notes if n not in result.get("notes", [])]
     write_atomically(path, json.dumps(result, indent=1))
 
 

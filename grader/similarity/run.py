@@ -54,7 +54,7 @@ class KnownMatch:
     """A submission that matches a known solution of its exercise."""
 
     entry: Entry
-    known: Entry  # its ``student`` is where the known solution is (``solutions/.../x.ipynb``)
+    known: Entry  # its ``student`` is the known solution's notebook path, under its folder
     score: float  # Jaccard index of the fingerprint sets (``known``)
     shared: int  # fingerprints shared
     lines_entry: dict[int, int]  # line of the submission -> matching region number
