@@ -3,7 +3,7 @@
 ``attention_learner.rules`` is the table; ``python -m grader release`` writes it into a marked
 block of each exercise's markdown cell. These tests hold the block of every exercise, in the
 source notebook and in the learner's copy, to the table, and the table to what is judged: the
-delegation tables of ``op_trace``, the NumPy conventions of the cases, the graded memory
+delegation table of ``attention_learner.forbidden``, the NumPy conventions of the cases, the graded memory
 budgets, chapter 2's row counter and chapter 6's counted model.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from attention_learner import op_trace, rules
+from attention_learner import forbidden, rules
 from attention_learner.cases import all_cases
 from attention_learner.conventions import reports_conventions
 from grader.exercises import get_exercise
@@ -50,9 +50,9 @@ def _introduced_with(nb, exercise: str) -> list[str]:
 
 def test_every_delegation_table_is_worded_and_every_forbidden_object_is_named():
     assert set(rules.DELEGATES) == rules.judged_exercises()
-    for exercise, paths in op_trace.FORBIDDEN_OBJECTS.items():
+    for exercise in forbidden.FORBIDDEN:
         sentence = rules.delegation_sentence(exercise)
-        for path in paths:
+        for path in forbidden.objects_of(exercise):
             assert path.rsplit(".", 1)[-1] in sentence, f"{exercise}: {path} is forbidden but not named"
 
 

@@ -38,102 +38,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from attention_learner.cell_rules import exercise_of
+from attention_learner.forbidden import FORBIDDEN, names_of
 from attention_learner.op_trace import delegation_message
 from grader.autograde import delegation_static as dynamic
 from grader.autograde.child_report import CellReport
 
-_ATTENTION = (
-    "torch.nn.functional.scaled_dot_product_attention",
-    "attention_learner.blocks.given_attention",
-    "torch._C._nn.scaled_dot_product_attention",
-    "torch.ops.aten.scaled_dot_product_attention",
-    "torch.ops.aten._scaled_dot_product*",
-    "torch._scaled_dot_product*",
-    "torch._fused_sdp_choice",
-)
-_MULTI_HEAD = (
-    "torch.nn.MultiheadAttention",
-    "torch.nn.functional.multi_head_attention_forward",
-    "attention_learner.blocks.GivenMultiHeadAttention",
-    "torch._native_multi_head_attention",
-    "torch.ops.aten._native_multi_head_attention",
-)
-_LAYERS = (
-    "torch.nn.Transformer",
-    "torch.nn.TransformerEncoder",
-    "torch.nn.TransformerDecoder",
-    "torch.nn.TransformerEncoderLayer",
-    "torch.nn.TransformerDecoderLayer",
-)
-_SOFTMAX = (
-    "torch.softmax",
-    "torch.nn.functional.softmax",
-    "torch.nn.Softmax",
-    "torch.special.softmax",
-    "scipy.special.softmax",
-    ".softmax",
-    "torch.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "torch.nn.LogSoftmax",
-    "torch.special.log_softmax",
-    "scipy.special.log_softmax",
-    ".log_softmax",
-    "torch._softmax",
-    "torch._log_softmax",
-    "torch._C._nn.log_softmax",
-    "torch._C._nn.softmax",
-    "torch.ops.aten.softmax",
-    "torch.ops.aten._softmax",
-    "torch.ops.aten._safe_softmax",
-    "torch.ops.aten.log_softmax",
-    "torch.ops.aten._log_softmax",
-    "torch._safe_softmax",
-)
-_JACOBIAN = (
-    "torch.autograd.functional",
-    "torch.func.jacrev",
-    "torch.func.jacfwd",
-    "torch.func.vjp",
-    "torch.func.jvp",
-    "torch.func.grad",
-    "torch.autograd.grad",
-    "torch.autograd.backward",
-    ".backward",
-    "torch.autograd.forward_ad",
-)
-
-#: exercise -> the implementations of that exercise that its solution may not reach, by name
-#: (the run-time trace's tables are ``attention_learner.op_trace``). A name that starts with
-#: "." is a method name: any call of ``<something>.<name>`` counts; one ending in "*" is a prefix.
-FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "softmax": _SOFTMAX,
-    "attend": _ATTENTION + _MULTI_HEAD,
-    "dot_product_attention": _ATTENTION + _MULTI_HEAD,
-    "scaled_dot_product_attention": _ATTENTION + _MULTI_HEAD,
-    "scaled_dot_product_attention_torch": _ATTENTION + _MULTI_HEAD,
-    "softmax_jacobian": _JACOBIAN,
-    "MultiHeadAttention": _MULTI_HEAD + _LAYERS,
-    "causal_mask": ("torch.nn.Transformer.generate_square_subsequent_mask",),
-    "EncoderLayer": _MULTI_HEAD[:2] + _LAYERS + ("attention_learner.blocks.GivenEncoderLayer",),
-    "DecoderLayer": _MULTI_HEAD[:2] + _LAYERS + ("attention_learner.blocks.GivenDecoderLayer",),
-    "online_softmax_attention": _ATTENTION + _MULTI_HEAD + _LAYERS,
-    # the cache is the exercise: attention itself (F.scaled_dot_product_attention) is a piece
-    "CachedSelfAttention": _MULTI_HEAD + _LAYERS,
-    "positional_encoding": ("attention_learner.blocks.given_positional_encoding",),
-    # chapter 8 assembles the given layers (or the learner's own): torch's assembly is the answer
-    "translation_loss": (
-        "torch.nn.functional.cross_entropy",
-        "torch.nn.CrossEntropyLoss",
-        "torch.nn.functional.nll_loss",
-        "torch.nn.NLLLoss",
-    ),
-    "TinyTranslator": _LAYERS,
-    "greedy_decode_cached": _LAYERS,
-    # chapter 9: torch's attention answers gqa_attention; autograd through plain attention
-    # answers FlashAttention's backward
-    "gqa_attention": _ATTENTION + _MULTI_HEAD,
-    "FlashAttention": _ATTENTION + _MULTI_HEAD + _JACOBIAN,
-}
+#: exercise -> every spelling of what implements it that its solution may not reach, as the
+#: static reading matches them (the one table, for this reading and the run-time trace, is
+#: ``attention_learner.forbidden``). A name that starts with "." is a method name: any call of
+#: ``<something>.<name>`` counts; one ending in "*" is a prefix.
+FORBIDDEN_NAMES: dict[str, tuple[str, ...]] = {exercise: names_of(exercise) for exercise in FORBIDDEN}
 
 
 @dataclass
@@ -296,7 +210,7 @@ def _matches(reached: Iterable[str], forbidden: tuple[str, ...]) -> list[str]:
 def analyse(
     solutions: Mapping[str, str],
     given: Iterable[str] = (),
-    forbidden: Mapping[str, tuple[str, ...]] = FORBIDDEN,
+    forbidden: Mapping[str, tuple[str, ...]] = FORBIDDEN_NAMES,
     editable: Mapping[str, str] | None = None,
 ) -> Delegation:
     """Read the solution cells ``solutions`` (grade id -> source) of one notebook, in order,

@@ -14,9 +14,10 @@ attention_math``, a block received as a parameter), so while a check calls the l
   objects (resolved at the start of the call from the modules already imported), called
   while a frame of the learner's own code is on the stack between it and the check.
 
-:data:`FORBIDDEN_OPS` and :data:`FORBIDDEN_OBJECTS` say, per exercise (the case's function
-name), what its solution may not reach; every function of ``attention_learner.cases`` (the
-cases and their hint models, some of which compute an answer) is forbidden to every exercise.
+:mod:`attention_learner.forbidden` says, per exercise (the case's function name), what its
+solution may not reach (the grader's static reading uses the same table); every function of
+``attention_learner.cases`` (the cases and their hint models, some of which compute an answer)
+is forbidden to every exercise.
 The trace runs in the learner's process, so code that subverts it can hide a call; the
 grader's static reading flags such code for review (``grader/autograde/delegation_static.py``).
 """
@@ -30,95 +31,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-_SDPA_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_*", "aten::_fused_sdp_choice")
-_MHA_OPS = ("aten::_native_multi_head_attention", "aten::native_multi_head_attention")
-_SOFTMAX_OPS = (
-    "aten::softmax",
-    "aten::_softmax",
-    "aten::_safe_softmax",
-    "aten::log_softmax",
-    "aten::_log_softmax",
-    "aten::special_softmax",
-    "aten::special_log_softmax",
-)
-_JACOBIAN_OPS = ("autograd::engine::*", "aten::_make_dual", "aten::_unpack_dual")
-_LOSS_OPS = ("aten::cross_entropy_loss", "aten::nll_loss*", "aten::nll_loss2d*")
-
-_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "attention_learner.blocks.given_attention")
-_MULTI_HEAD = (
-    "torch.nn.MultiheadAttention",
-    "torch.nn.functional.multi_head_attention_forward",
-    "attention_learner.blocks.GivenMultiHeadAttention",
-)
-_LAYERS = (
-    "torch.nn.Transformer",
-    "torch.nn.TransformerEncoder",
-    "torch.nn.TransformerDecoder",
-    "torch.nn.TransformerEncoderLayer",
-    "torch.nn.TransformerDecoderLayer",
-)
-_SOFTMAX = ("scipy.special.softmax", "scipy.special.log_softmax", "torch.nn.Softmax", "torch.nn.LogSoftmax")
-_JACOBIAN = (
-    "torch.autograd.functional.jacobian",
-    "torch.autograd.functional.vjp",
-    "torch.autograd.functional.jvp",
-    "torch.func.jacrev",
-    "torch.func.jacfwd",
-    "torch.func.vjp",
-    "torch.func.grad",
-    "torch.func.vmap",
-    "torch.autograd.grad",
-    "torch.autograd.backward",
-)
-
-#: exercise -> dispatcher operators its solution may not run ("*" ends a prefix)
-FORBIDDEN_OPS: dict[str, tuple[str, ...]] = {
-    "softmax": _SOFTMAX_OPS,
-    "attend": _SDPA_OPS + _MHA_OPS,
-    "dot_product_attention": _SDPA_OPS + _MHA_OPS,
-    "scaled_dot_product_attention": _SDPA_OPS + _MHA_OPS,
-    "scaled_dot_product_attention_torch": _SDPA_OPS + _MHA_OPS,
-    "softmax_jacobian": _JACOBIAN_OPS,
-    "MultiHeadAttention": _MHA_OPS,
-    "EncoderLayer": _MHA_OPS,
-    "DecoderLayer": _MHA_OPS,
-    "online_softmax_attention": _SDPA_OPS + _MHA_OPS,
-    "CachedSelfAttention": _MHA_OPS,
-    "translation_loss": _LOSS_OPS,
-    "gqa_attention": _SDPA_OPS + _MHA_OPS,
-}
-
-#: exercise -> Python functions and classes (every method) its solution may not call
-FORBIDDEN_OBJECTS: dict[str, tuple[str, ...]] = {
-    "softmax": _SOFTMAX,
-    "attend": _ATTENTION + _MULTI_HEAD,
-    "dot_product_attention": _ATTENTION + _MULTI_HEAD,
-    "scaled_dot_product_attention": _ATTENTION + _MULTI_HEAD,
-    "scaled_dot_product_attention_torch": _ATTENTION + _MULTI_HEAD,
-    "softmax_jacobian": _JACOBIAN,
-    "MultiHeadAttention": _MULTI_HEAD + _LAYERS,
-    "causal_mask": ("torch.nn.Transformer.generate_square_subsequent_mask",),
-    "EncoderLayer": _MULTI_HEAD[:2] + _LAYERS + ("attention_learner.blocks.GivenEncoderLayer",),
-    "DecoderLayer": _MULTI_HEAD[:2] + _LAYERS + ("attention_learner.blocks.GivenDecoderLayer",),
-    "online_softmax_attention": _ATTENTION + _MULTI_HEAD + _LAYERS,
-    "CachedSelfAttention": _MULTI_HEAD + _LAYERS,
-    "positional_encoding": ("attention_learner.blocks.given_positional_encoding",),
-    "translation_loss": ("torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss"),
-    "TinyTranslator": _LAYERS,
-    "greedy_decode_cached": _LAYERS,
-    "gqa_attention": _ATTENTION + _MULTI_HEAD,
-    # by Python object only, no operator trace: torch's profiler multiplies the address space a
-    # tiled pass maps (GBs for chapter 9's memory case, which runs under a memory limit)
-    "FlashAttention": _ATTENTION
-    + _MULTI_HEAD
-    + (
-        "torch.autograd.grad",
-        "torch.autograd.backward",
-        "torch.autograd.functional.vjp",
-        "torch.func.vjp",
-        "torch.func.grad",
-    ),
-}
+from attention_learner.forbidden import objects_of, ops_of
 
 #: modules none of whose functions a solution may call: the cases and their hint models
 ANSWER_MODULES = ("attention_learner.cases",)
@@ -145,7 +58,7 @@ def call_traced(exercise: str, call: Callable[[], Any]) -> tuple[Any, list[str]]
     until then is lost with it, as the check then fails anyway.
     """
     codes = _forbidden_codes(exercise)
-    ops = FORBIDDEN_OPS.get(exercise, ())
+    ops = ops_of(exercise)
     reached: dict[str, None] = {}
     base = sys._getframe()
     previous = sys.getprofile()
@@ -244,7 +157,7 @@ def _forbidden_codes(exercise: str) -> dict[int, tuple[types.CodeType, str]]:
     """id(code object) -> (that code object, the dotted name it belongs to), for ``exercise``'s
     forbidden objects and every function of :data:`ANSWER_MODULES`, among the modules already imported."""
     codes: dict[int, tuple[types.CodeType, str]] = {}
-    for path in FORBIDDEN_OBJECTS.get(exercise, ()):
+    for path in objects_of(exercise):
         target = _resolve(path)
         if target is not None:
             for code in _codes_of(target):
