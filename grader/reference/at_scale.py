@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from grader.reference.multi_head import add_projections, merge_heads, split_heads
+from grader.reference.multi_head import AttentionProjections, merge_heads, split_heads
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
 
 
@@ -117,7 +117,7 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[-2]
 
     def append(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.k is None:
+        if self.k is None or self.v is None:  # both or neither: they are set together
             self.k, self.v = k_new, v_new  # (B, h, t_new, d_k), (B, h, t_new, d_v)
         else:
             self.k = torch.cat([self.k, k_new], dim=-2)  # (B, h, t + t_new, d_k)
@@ -126,7 +126,7 @@ class KVCache:
 
     def nbytes(self) -> int:
         """Memory held by the cached keys and values, in bytes."""
-        if self.k is None:
+        if self.k is None or self.v is None:
             return 0
         return self.k.element_size() * self.k.nelement() + self.v.element_size() * self.v.nelement()
 
@@ -138,7 +138,7 @@ def chunk_causal_mask(start: int, t_new: int) -> torch.Tensor:
     return positions[None, :] <= (start + torch.arange(t_new))[:, None]  # (t_new, t)
 
 
-class CachedSelfAttention(nn.Module):
+class CachedSelfAttention(AttentionProjections):
     """Causal multi-head self-attention that decodes chunk by chunk with a :class:`KVCache`.
 
     Same parameters as chapter 4's ``MultiHeadAttention`` (nn.Linear ``W_q``, ``W_k``,
@@ -151,8 +151,7 @@ class CachedSelfAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = True) -> None:
-        super().__init__()
-        add_projections(self, d_model, num_heads, bias)
+        super().__init__(d_model, num_heads, bias)
         self.cache = KVCache()
 
     def reset(self) -> None:

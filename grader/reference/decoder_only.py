@@ -20,6 +20,8 @@ random_sentence`), so whether a generated sentence is grammatical can be decided
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import cast
 
 import numpy as np
 import torch
@@ -79,6 +81,8 @@ class DecoderOnlyLM(nn.Module):
     """Token embedding (scaled by sqrt(d_model)) plus positions, ``num_layers`` causal blocks,
     an output layer: forward(ids (B, n)) -> logits (B, n, vocab) of the next token."""
 
+    pe: torch.Tensor  # the buffer registered in __init__
+
     def __init__(self, vocab: int, d_model: int, num_heads: int, d_ff: int, num_layers: int,
                  pad_id: int = PAD, max_len: int = 256) -> None:  # fmt: skip
         super().__init__()
@@ -121,7 +125,7 @@ def generate(
         if token is not None:
             x = model.embed_at(token[:, None], start)  # (B, 1, d_model)
         n_new = x.shape[1]
-        for block, cache in zip(model.blocks, caches, strict=True):
+        for block, cache in zip(cast(Iterable[CausalBlock], model.blocks), caches, strict=True):
             x = block.step(x, cache)
         start += n_new
         token = sample_next_token(model.output_proj(x[:, -1]), temperature, top_k, generator)  # (B,)

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 import torch
 from torch import nn
@@ -144,6 +145,8 @@ class ModernLM(nn.Module):
     Both may be changed after training, to evaluate one trained model in several ways.
     """
 
+    pe: torch.Tensor  # the buffer registered in __init__
+
     def __init__(self, vocab: int, d_model: int = 32, num_heads: int = 4, num_kv_heads: int | None = None,
                  d_ff: int = 64, num_layers: int = 2, positions: str = "rope",
                  max_len: int = 1024) -> None:  # fmt: skip
@@ -167,7 +170,7 @@ class ModernLM(nn.Module):
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, not {positions!r}")
         self.positions = positions
-        for block in self.blocks:
+        for block in cast(Iterable[ModernBlock], self.blocks):
             block.attn.positions = positions
 
     def embed_at(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -198,7 +201,7 @@ class ModernLM(nn.Module):
     def step(self, ids_new: torch.Tensor, position: int, caches: list) -> torch.Tensor:
         """Logits (B, vocab) of the token after ids_new (B, 1) at absolute ``position``."""
         x = self.embed_at(ids_new, position)  # (B, 1, d_model)
-        for block, cache in zip(self.blocks, caches, strict=True):
+        for block, cache in zip(cast(Iterable[ModernBlock], self.blocks), caches, strict=True):
             x = block.step(x, position, cache)
         return self.output_proj(self.norm(x))[:, -1]
 

@@ -53,30 +53,38 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(B, n, h * d_head)  # (B, n, d_model)
 
 
-def add_projections(module: nn.Module, d_model: int, num_heads: int, bias: bool) -> None:
-    """Give ``module`` the parameters of multi-head attention: ``W_q``, ``W_k``, ``W_v``,
-    ``W_o``, each ``nn.Linear(d_model, d_model, bias=bias)`` (registered in that order), and
-    the sizes ``d_model``, ``num_heads`` and ``d_head = d_model / num_heads``."""
-    if d_model % num_heads:
-        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-    module.d_model = d_model
-    module.num_heads = num_heads
-    module.d_head = d_model // num_heads
-    for name in ("W_q", "W_k", "W_v", "W_o"):
-        setattr(module, name, nn.Linear(d_model, d_model, bias=bias))
+class AttentionProjections(nn.Module):
+    """The parameters of multi-head attention: ``W_q``, ``W_k``, ``W_v``, ``W_o``, each
+    ``nn.Linear(d_model, d_model, bias=bias)`` (registered in that order), and the sizes
+    ``d_model``, ``num_heads`` and ``d_head = d_model / num_heads``. The attention modules
+    below and chapter 7's cached layer inherit them and define ``forward``."""
+
+    d_model: int
+    num_heads: int
+    d_head: int
+    W_q: nn.Linear
+    W_k: nn.Linear
+    W_v: nn.Linear
+    W_o: nn.Linear
+
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True) -> None:
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_head = d_model // num_heads
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(AttentionProjections):
     """h heads of scaled dot-product attention with learned projections W_q, W_k, W_v, W_o.
 
     forward(query (B, n_q, d_model), key (B, n_k, d_model), value (B, n_k, d_model),
     mask=None) returns (out (B, n_q, d_model), weights (B, h, n_q, n_k)). Each head scales its
     scores by 1/sqrt(d_head), the size of the vectors it compares, not by 1/sqrt(d_model).
     """
-
-    def __init__(self, d_model: int, num_heads: int, bias: bool = True) -> None:
-        super().__init__()
-        add_projections(self, d_model, num_heads, bias)
 
     def forward(
         self,

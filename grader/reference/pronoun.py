@@ -107,6 +107,8 @@ class PronounResolver(nn.Module):
     (B, h, n), pointer weights (B, n)); padding is hidden from both attentions.
     """
 
+    pe: torch.Tensor  # the buffer registered in __init__
+
     def __init__(self, vocab: int, d_model: int = 32, num_heads: int = 2, max_len: int = 32) -> None:
         super().__init__()
         self.d_model = d_model

@@ -288,7 +288,7 @@ def train_copy_task(
     lengths = np.arange(1, max_length + 1)
     accuracy = np.empty(len(lengths))
     model.eval()
-    for i, length in enumerate(lengths):
-        src, _, tgt = copy_batch(generator, eval_size, int(length), vocab_size, model.bos_id)
-        accuracy[i] = (model.greedy(src, int(length)) == tgt).double().mean().item()
+    for i, eval_length in enumerate(lengths):
+        src, _, tgt = copy_batch(generator, eval_size, int(eval_length), vocab_size, model.bos_id)
+        accuracy[i] = (model.greedy(src, int(eval_length)) == tgt).double().mean().item()
     return CopyTaskResult(model, losses, lengths, accuracy, time.perf_counter() - start)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -100,6 +100,8 @@ class TinyTranslator(nn.Module):
     ``decode`` keeps each layer's cross-attention weights in ``self.cross_weights``.
     """
 
+    pe: torch.Tensor  # the buffer registered in __init__
+
     def __init__(
         self,
         src_vocab: int,
@@ -163,7 +165,9 @@ def to_torch_transformer(model: TinyTranslator) -> nn.Transformer:
     nn.Transformer ends each stack with a LayerNorm of its own, which the original post-norm
     architecture (and ours) does not have: both are removed (set to None).
     """
-    first = model.encoder_layers[0]
+    encoder_layers = cast(list[EncoderLayer], list(model.encoder_layers))
+    decoder_layers = cast(list[DecoderLayer], list(model.decoder_layers))
+    first = encoder_layers[0]
     weight = first.self_attn.W_q.weight
     with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": it is turned off below
         warnings.simplefilter("ignore")
@@ -172,7 +176,7 @@ def to_torch_transformer(model: TinyTranslator) -> nn.Transformer:
             nhead=model.num_heads,
             num_encoder_layers=len(model.encoder_layers),
             num_decoder_layers=len(model.decoder_layers),
-            dim_feedforward=first.ff[0].out_features,
+            dim_feedforward=cast(nn.Linear, first.ff[0]).out_features,
             dropout=0.0,
             activation="relu",
             batch_first=True,
@@ -180,8 +184,8 @@ def to_torch_transformer(model: TinyTranslator) -> nn.Transformer:
             device=weight.device,
             dtype=weight.dtype,
         )
-    theirs.encoder.layers = nn.ModuleList(to_torch_encoder_layer(x) for x in model.encoder_layers)
-    theirs.decoder.layers = nn.ModuleList(to_torch_decoder_layer(x) for x in model.decoder_layers)
+    theirs.encoder.layers = nn.ModuleList(to_torch_encoder_layer(x) for x in encoder_layers)
+    theirs.decoder.layers = nn.ModuleList(to_torch_decoder_layer(x) for x in decoder_layers)
     theirs.encoder.norm = theirs.decoder.norm = None
     theirs.encoder.enable_nested_tensor = theirs.encoder.use_nested_tensor = False
     return theirs
@@ -211,16 +215,17 @@ def torch_transformer_logits(model: TinyTranslator, src: torch.Tensor, tgt_in: t
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    src: torch.Tensor,
+    src: torch.Tensor | None,
     tgt: torch.Tensor,
     pad_id: int,
     bos_id: int,
     label_smoothing: float = 0.0,
     max_grad_norm: float = 1.0,
 ) -> float:
-    """One step of teacher forcing: zero the gradients, predict ``tgt`` from ``src`` and
-    shift_right(tgt), back-propagate the padded loss, clip the gradients' global norm at
-    ``max_grad_norm``, update. Returns the loss before the update, as a float."""
+    """One step of teacher forcing: zero the gradients, predict ``tgt`` from ``src`` (None for
+    a model that reads no source) and shift_right(tgt), back-propagate the padded loss, clip
+    the gradients' global norm at ``max_grad_norm``, update. Returns the loss before the
+    update, as a float."""
     optimizer.zero_grad()
     logits = model(src, shift_right(tgt, bos_id))  # (B, n_tgt, V)
     loss = translation_loss(logits, tgt, pad_id, label_smoothing)
@@ -252,7 +257,7 @@ def greedy_decode(model: Any, src: torch.Tensor, max_len: int, bos_id: int, eos_
     return chapter6_greedy_decode(model, src, max_len, bos_id, eos_id, source_padding=True)
 
 
-def cross_keys_values(layer: nn.Module, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_keys_values(layer: DecoderLayer, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The keys and values that ``layer``'s cross-attention reads: (B, h, n_src, d_head) each.
     They depend on the source only, so a decode computes them once per layer."""
     attn = layer.cross_attn
@@ -261,7 +266,7 @@ def cross_keys_values(layer: nn.Module, memory: torch.Tensor) -> tuple[torch.Ten
 
 
 def decoder_layer_step(
-    layer: nn.Module,
+    layer: DecoderLayer,
     y: torch.Tensor,
     cache: KVCache,
     cross_kv: tuple[torch.Tensor, torch.Tensor],
@@ -355,17 +360,19 @@ def sample_next_token(
 
 def parameter_counts(model: TinyTranslator) -> dict[str, int]:
     """Parameters per part of the model, in the order data flows through them."""
-    parts = {
+    encoder_layers = cast(list[EncoderLayer], list(model.encoder_layers))
+    decoder_layers = cast(list[DecoderLayer], list(model.decoder_layers))
+    parts: dict[str, nn.Module | list[nn.Module]] = {
         "source embedding": model.src_embed,
         "target embedding": model.tgt_embed,
-        "encoder self-attention": [layer.self_attn for layer in model.encoder_layers],
-        "encoder feed-forward": [layer.ff for layer in model.encoder_layers],
-        "encoder LayerNorms": [n for layer in model.encoder_layers for n in (layer.norm1, layer.norm2)],
-        "decoder self-attention": [layer.self_attn for layer in model.decoder_layers],
-        "decoder cross-attention": [layer.cross_attn for layer in model.decoder_layers],
-        "decoder feed-forward": [layer.ff for layer in model.decoder_layers],
+        "encoder self-attention": [layer.self_attn for layer in encoder_layers],
+        "encoder feed-forward": [layer.ff for layer in encoder_layers],
+        "encoder LayerNorms": [n for layer in encoder_layers for n in (layer.norm1, layer.norm2)],
+        "decoder self-attention": [layer.self_attn for layer in decoder_layers],
+        "decoder cross-attention": [layer.cross_attn for layer in decoder_layers],
+        "decoder feed-forward": [layer.ff for layer in decoder_layers],
         "decoder LayerNorms": [
-            n for layer in model.decoder_layers for n in (layer.norm1, layer.norm2, layer.norm3)
+            n for layer in decoder_layers for n in (layer.norm1, layer.norm2, layer.norm3)
         ],
         "output projection": model.output_proj,
     }

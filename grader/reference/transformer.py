@@ -19,6 +19,8 @@ convention (True = ignore) for their key padding masks and boolean attention mas
 
 from __future__ import annotations
 
+from typing import Any, cast, overload
+
 import torch
 from torch import nn
 
@@ -40,6 +42,10 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     return positions < lengths[:, None]  # (B, max_len)
 
 
+@overload
+def key_padding(pad_mask: torch.Tensor) -> torch.Tensor: ...
+@overload
+def key_padding(pad_mask: None) -> None: ...
 def key_padding(pad_mask: torch.Tensor | None) -> torch.Tensor | None:
     """A (B, n_k) padding mask as an attention mask (B, 1, 1, n_k): the same for every head and
     every query, hiding the padded keys."""
@@ -117,7 +123,13 @@ _ENCODER_ATTENTION = (("self_attn", "self_attn"),)
 _DECODER_ATTENTION = (("self_attn", "self_attn"), ("cross_attn", "multihead_attn"))
 
 
-def _copy_layer(ours: nn.Module, theirs: nn.Module, pairs, attention, to_torch: bool) -> None:
+def _copy_layer(
+    ours: EncoderLayer | DecoderLayer,
+    theirs: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
+    pairs: tuple[tuple[str, str], ...],
+    attention: tuple[tuple[str, str], ...],
+    to_torch: bool,
+) -> None:
     with torch.no_grad():
         for our_name, their_name in pairs:
             a, b = ours.get_submodule(our_name), theirs.get_submodule(their_name)
@@ -125,20 +137,21 @@ def _copy_layer(ours: nn.Module, theirs: nn.Module, pairs, attention, to_torch: 
             for name, param in dst.named_parameters():
                 param.copy_(src.get_parameter(name))
     for our_name, their_name in attention:
-        a, b = ours.get_submodule(our_name), theirs.get_submodule(their_name)
+        our_attn = cast(MultiHeadAttention, ours.get_submodule(our_name))
+        their_attn = cast(nn.MultiheadAttention, theirs.get_submodule(their_name))
         if to_torch:
-            copy_weights_to_torch(a, b)
+            copy_weights_to_torch(our_attn, their_attn)
         else:
-            copy_weights_from_torch(b, a)
+            copy_weights_from_torch(their_attn, our_attn)
 
 
-def _layer_kwargs(ours: nn.Module) -> dict:
-    attn: MultiHeadAttention = ours.self_attn
+def _layer_kwargs(ours: EncoderLayer | DecoderLayer) -> dict[str, Any]:
+    attn = ours.self_attn
     weight = attn.W_q.weight
     return {
         "d_model": attn.d_model,
         "nhead": attn.num_heads,
-        "dim_feedforward": ours.ff[0].out_features,
+        "dim_feedforward": cast(nn.Linear, ours.ff[0]).out_features,
         "dropout": 0.0,
         "activation": "relu",
         "batch_first": True,
