@@ -19,6 +19,7 @@ import pytest
 
 from grader.paths import SOLUTIONS
 from tests.notebook_runner import grade_id, learner_notebook, solved_notebook, source_notebook, with_cell
+from tests.security.grade_as import autograde_command
 
 pytestmark = [pytest.mark.grading, pytest.mark.ch03, pytest.mark.xdist_group("grading")]
 
@@ -131,20 +132,7 @@ def graded(tmp_path_factory):
     (submitted / "renamed" / A).mkdir(parents=True)
     shutil.copyfile(submitted / "correct" / A / f"{A}.ipynb", submitted / "renamed" / A / "my work (1).ipynb")
     out = root / "out"
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--timeout",
-        "20",
-        "--workers",
-        "2",
-        "--quiet",
-    ]
+    command = autograde_command(submitted, out, timeout=20)
     phases = root / "phases.json"  # grader/autograde/phases.py: what the parent did, counted
     run = subprocess.run(
         command, capture_output=True, text=True, timeout=600, env={**os.environ, "GRADER_PHASES": str(phases)}
@@ -422,18 +410,7 @@ def test_interrupted_run_keeps_results_and_resumes(tmp_path):
         folder.mkdir(parents=True)
         nbformat.write(solved if n < 2 else slow, folder / f"{A}.ipynb")
     out = tmp_path / "out"
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--workers",
-        "1",
-        "--quiet",
-    ]
+    command = autograde_command(submitted, out, workers=1)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(list(out.glob("*/*/results.json"))) < 2:
@@ -460,18 +437,7 @@ def test_gradebook_url_is_honoured(tmp_path):
     nbformat.write(solved_notebook(A), submitted / f"{A}.ipynb")
     db = tmp_path / "elsewhere.db"
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grader",
-            "autograde",
-            str(tmp_path / "submitted"),
-            "--out",
-            str(tmp_path / "out"),
-            "--db",
-            f"sqlite:///{db}",
-            "--quiet",
-        ],
+        autograde_command(tmp_path / "submitted", tmp_path / "out", "--db", f"sqlite:///{db}", workers=None),
         capture_output=True,
         text=True,
         timeout=600,
