@@ -16,7 +16,7 @@ def attention_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
     ``inputs["mask"]`` (True = may attend, or None) must broadcast to the weights' shape
     (..., n_q, n_k).
     """
-    hints = []
+    hints: list[str] = []
     mask = inputs.get("mask")
     weights = got.get("weights")
     if weights is None or weights.shape != expected["weights"].shape:

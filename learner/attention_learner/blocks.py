@@ -18,6 +18,8 @@ grader's delegation rules for the exercise it answers, so it earns nothing there
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -47,7 +49,8 @@ def given_attention(
     n_k = K.shape[-2]
     attn_mask, visible = None, None
     if mask is not None:
-        scores_shape = torch.broadcast_shapes(Q.shape[:-1] + (n_k,), mask.shape)  # (..., n_q, n_k)
+        # torch.broadcast_shapes is unannotated (it returns a torch.Size)
+        scores_shape = torch.broadcast_shapes(Q.shape[:-1] + (n_k,), mask.shape)  # type: ignore[no-untyped-call]
         mask = mask.to(torch.bool).expand(scores_shape)
         visible = mask.any(dim=-1, keepdim=True)  # (..., n_q, 1)
         attn_mask = mask | ~visible  # rows with no visible key: every key, zeroed below
@@ -82,7 +85,34 @@ class GivenMultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
-    def _torch_forward(self, query, key, value, blocked, need_weights: bool):
+    @overload
+    def _torch_forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        blocked: torch.Tensor | None,
+        need_weights: Literal[True],
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    @overload
+    def _torch_forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        blocked: torch.Tensor | None,
+        need_weights: Literal[False],
+    ) -> tuple[torch.Tensor, None]: ...
+    def _torch_forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        blocked: torch.Tensor | None,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """torch's multi-head attention on (B, n, d_model) inputs: (out (n_q, B, d_model),
+        weights (B, h, n_q, n_k) when ``need_weights``, else None)."""
         in_bias = None
         if self.W_q.bias is not None:
             in_bias = torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])  # (3 d_model,)
@@ -163,7 +193,8 @@ class GivenEncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
         keys = None if pad_mask is None else pad_mask[:, None, None, :]  # (B, 1, 1, n)
         x = self.norm1(x + self.self_attn(x, x, x, keys)[0])  # (B, n, d_model)
-        return self.norm2(x + self.ff(x))  # (B, n, d_model)
+        out: torch.Tensor = self.norm2(x + self.ff(x))  # (B, n, d_model)
+        return out
 
 
 class GivenDecoderLayer(nn.Module):

@@ -12,7 +12,8 @@ only compares and locates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
+from typing import SupportsInt
 
 import numpy as np
 
@@ -25,7 +26,7 @@ def reproduces(modelled: np.ndarray | None, got: np.ndarray | None, atol: float,
     return matches(got, modelled, atol, rtol)
 
 
-def index_ranges(indices: Sequence[int]) -> str:
+def index_ranges(indices: Iterable[SupportsInt]) -> str:
     """Sorted indices as runs: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
     runs: list[list[int]] = []
     for i in sorted(int(i) for i in indices):

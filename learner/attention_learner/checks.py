@@ -136,7 +136,8 @@ def instructor_judge() -> Judge | None:
 def _judge_from_entry_points() -> Judge | None:
     for entry in entry_points(group="attention_learner.judges"):
         try:
-            return entry.load()
+            judge: Judge = entry.load()  # the group's contract: a Judge
+            return judge
         except Exception:  # registered but not importable here (e.g. in a grading sandbox)
             continue
     return None
@@ -270,14 +271,14 @@ def compare(
         error = np.abs(got - expected)
     error = np.where(np.isnan(error), 0.0, error)
     limit = np.broadcast_to(allowed(expected, atol, rtol), error.shape)
-    at = np.unravel_index(int(np.argmax(error / np.where(limit > 0, limit, np.inf))), error.shape)
-    if error[at] <= limit[at]:  # only a NaN or an infinity out of place (limit is finite)
-        at = np.unravel_index(int(np.argmax(error)), error.shape)
-    at_text = tuple(int(i) for i in at)
+    worst = np.unravel_index(int(np.argmax(error / np.where(limit > 0, limit, np.inf))), error.shape)
+    if error[worst] <= limit[worst]:  # only a NaN or an infinity out of place (limit is finite)
+        worst = np.unravel_index(int(np.argmax(error)), error.shape)
+    at_text = tuple(int(i) for i in worst)
     return (
         f"{what} differs from the expected value: the largest error beyond its tolerance is "
-        f"{float(error[at]):.3g} at index {at_text} (expected {float(expected[at]):.6g}, got "
-        f"{float(got[at]):.6g}, allowed {float(limit[at]):.2g})"
+        f"{float(error[worst]):.3g} at index {at_text} (expected {float(expected[worst]):.6g}, got "
+        f"{float(got[worst]):.6g}, allowed {float(limit[worst]):.2g})"
     )
 
 

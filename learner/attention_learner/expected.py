@@ -100,7 +100,8 @@ def write_exercise(exercise: str, cases: dict[str, Shipped], folder: Path = DATA
     if path.is_file() and same_data(path, arrays, get_case(exercise)):
         return False
     folder.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)
+    # allow_pickle=True is the default, named so that mypy does not match **arrays against it
+    np.savez_compressed(path, allow_pickle=True, **arrays)
     load_exercise.cache_clear()
     return True
 

@@ -11,4 +11,6 @@ def decline_iri_checker() -> None:
     here. Notebook schemas use no IRI formats. Must run before anything imports jsonschema; a
     process that needs the checker imported it first and keeps it.
     """
-    sys.modules.setdefault("rfc3987_syntax", None)
+    # None in sys.modules makes the import raise ImportError, a documented use that typeshed's
+    # dict[str, ModuleType] does not allow
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]

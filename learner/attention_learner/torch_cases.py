@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
 from torch import nn
 
 from attention_learner.inputs import normal
-from attention_learner.spec import Arrays
 
 State = dict[str, np.ndarray]
 
 # ---------------------------------------------------------------- tensors and gradients
 
 
+@overload
+def tensor(array: np.ndarray, grad: bool = False) -> torch.Tensor: ...
+@overload
+def tensor(array: None, grad: bool = False) -> None: ...
+@overload
+def tensor(array: np.ndarray | None, grad: bool = False) -> torch.Tensor | None: ...
 def tensor(array: np.ndarray | None, grad: bool = False) -> torch.Tensor | None:
     """A float64 (or bool) tensor of a case's array; None stays None."""
     if array is None:
@@ -33,7 +38,9 @@ def tensor(array: np.ndarray | None, grad: bool = False) -> torch.Tensor | None:
     return torch.tensor(array, dtype=torch.float64, requires_grad=grad)
 
 
-def backward(out: Any, upstream: np.ndarray, inputs: dict[str, torch.Tensor], what: str) -> Arrays:
+def backward(
+    out: Any, upstream: np.ndarray, inputs: dict[str, torch.Tensor], what: str
+) -> dict[str, torch.Tensor]:
     """Gradients ``d<name>`` of sum(out * upstream) with respect to each tensor of ``inputs``.
 
     {} when ``out`` does not have the shape of ``upstream`` (the comparison of the output's
@@ -43,7 +50,7 @@ def backward(out: Any, upstream: np.ndarray, inputs: dict[str, torch.Tensor], wh
         raise TypeError(f"{what} should return a tensor that carries gradients back to {', '.join(inputs)}")
     if tuple(out.shape) != upstream.shape:
         return {}
-    (out * torch.from_numpy(upstream)).sum().backward()
+    (out * torch.from_numpy(upstream)).sum().backward()  # type: ignore[no-untyped-call]  # torch: unannotated
     return {  # an input the output does not depend on has a zero gradient
         f"d{name}": torch.zeros_like(t) if t.grad is None else t.grad for name, t in inputs.items()
     }

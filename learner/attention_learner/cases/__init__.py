@@ -25,4 +25,5 @@ def all_cases() -> dict[str, Case]:
 
 def get_case(name: str) -> Case:
     """The case called ``name``, or a KeyError that lists the known ones."""
-    return lookup(all_cases(), name)
+    case: Case = lookup(all_cases(), name)
+    return case

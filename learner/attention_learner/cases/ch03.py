@@ -137,7 +137,7 @@ def attention_tensors(inputs: Inputs) -> dict[str, torch.Tensor]:
     return {name: tensor(inputs[name], grad=True) for name in "QKV"}
 
 
-def _learner_torch_attention(fn: Any, inputs: Inputs) -> tuple[Any, Any, Arrays]:
+def _learner_torch_attention(fn: Any, inputs: Inputs) -> tuple[Any, Any, dict[str, torch.Tensor]]:
     """The learner's output and weights, and the gradients of sum(output * G) ({} when the
     output's shape is wrong: its comparison says what is wrong)."""
     tensors = attention_tensors(inputs)

@@ -114,7 +114,7 @@ def describe_mha(params: dict[str, Any]) -> str:
 
 def mha_d_model(inputs: dict[str, Any]) -> int:
     """The model width of a MultiHeadAttention case: num_heads * d_head."""
-    return inputs["query"].shape[-1]
+    return int(inputs["query"].shape[-1])
 
 
 def build_mha(cls: Any, inputs: dict[str, Any]) -> nn.Module:

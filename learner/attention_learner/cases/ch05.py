@@ -202,17 +202,17 @@ def run_decoder(
     return unpack(result, ("output", "cross_weights"), "DecoderLayer.forward")
 
 
-def call_encoder(cls: Any, inputs: dict[str, Any]) -> Arrays:
+def call_encoder(cls: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     module = build_encoder(cls, inputs)
     x = tensor(inputs["x"], grad=True)
     out = run_encoder(module, x, inputs)
     return {"output": out, **backward(out, inputs["G"], {"x": x}, "EncoderLayer.forward")}
 
 
-def call_decoder(cls: Any, inputs: dict[str, Any]) -> Arrays:
+def call_decoder(cls: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     module = build_decoder(cls, inputs)
     tensors = {"y": tensor(inputs["y"], grad=True), "memory": tensor(inputs["memory"], grad=True)}
-    out, cross_weights = run_decoder(module, *tensors.values(), inputs)
+    out, cross_weights = run_decoder(module, tensors["y"], tensors["memory"], inputs)
     grads = backward(out, inputs["G"], tensors, "DecoderLayer.forward")
     return {"output": out, "cross_weights": cross_weights, **grads}
 

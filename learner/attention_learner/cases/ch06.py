@@ -188,7 +188,7 @@ def toy_model(inputs: Inputs) -> ToyTranslator:
     return ToyTranslator(inputs["W_next"], inputs["W_pos"], inputs["W_src"])
 
 
-def call_decode(fn: Any, inputs: Inputs) -> Arrays:
+def call_decode(fn: Any, inputs: Inputs) -> dict[str, Any]:
     """The ids, and the two rules the notebook states, counted on the toy model: how many
     times ``encode`` ran, and the smallest batch ``decode`` was given (B when it always got
     the whole batch). The return type is part of the contract: an int64 tensor."""
@@ -261,7 +261,7 @@ def _stops_right(inputs: Inputs, ids: np.ndarray) -> bool:
     after which every sentence has emitted EOS."""
     done = (np.cumsum(ids == inputs["eos_id"], axis=1) > 0).all(axis=0)  # (T,) all finished by t
     first_done = int(np.argmax(done)) + 1 if done.any() else None
-    return ids.shape[1] == min(first_done or inputs["max_len"], inputs["max_len"])
+    return bool(ids.shape[1] == min(first_done or inputs["max_len"], inputs["max_len"]))
 
 
 def decode_models(inputs: Inputs, want: np.ndarray) -> list[tuple[str, Callable[[np.ndarray], bool]]]:

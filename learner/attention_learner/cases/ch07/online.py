@@ -182,7 +182,7 @@ def _behind_a_hidden_block(inputs: dict[str, Any], rows: tuple[int, ...]) -> np.
 
 def online_hints(inputs: dict[str, Any], expected: Arrays, got: Arrays) -> list[str]:
     out = got.get("output")
-    hints = []
+    hints: list[str] = []
     if out is None or out.shape != expected["output"].shape:
         return hints
     broken = ~np.isfinite(out).all(axis=-1)  # (..., n_q)
