@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 
-from tests.security.test_attacks import _open_path_to_python
-from tests.security.test_folders_round2 import A, _chown_tree, _notebook
+from tests.security.grade_as import autograde_command, run_as
+from tests.security.test_folders_round2 import A, _notebook
 
-NOBODY = 65534
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 MARKER = "PWNED"
 FILE_MARKER = "pwned_by_student"
@@ -107,42 +105,10 @@ def grade(
     beforehand (0755, as a user's mkdir under umask 022 makes it), so the run must tighten
     what it finds."""
     source, submitted, out = root / "source", root / "submitted", root / "out"
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--source",
-        str(source),
-        "--timeout",
-        "90",
-        "--workers",
-        "2",
-        "--quiet",
-        *extra,
-    ]
-    env = dict(os.environ)
+    command = autograde_command(submitted, out, *extra, source=source, timeout=90)
     if not out.exists():
         out.mkdir()
         os.chmod(out, 0o755)
-    if identity == "user" and os.getuid() == 0:
-        _chown_tree(root, NOBODY)
-        env["HOME"] = str(root)
-    command = [*as_identity(identity), "sh", "-c", f'umask {umask:03o} && exec "$0" "$@"', *command]
+    command, env = run_as(identity, ["sh", "-c", f'umask {umask:03o} && exec "$0" "$@"', *command], root)
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=root)
     return run, out
-
-
-def reach_python(identity: str) -> list[tuple[Path, int]]:
-    """Let uid 65534 run this interpreter (what to restore after: see test_attacks)."""
-    return _open_path_to_python() if identity == "user" and os.getuid() == 0 else []
-
-
-def as_identity(identity: str) -> list[str]:
-    """The prefix that runs a command as the identity that graded (formgrader runs as it)."""
-    if identity == "user" and os.getuid() == 0:
-        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    return []

@@ -29,7 +29,8 @@ import pytest
 
 import grader
 from grader.paths import SOLUTIONS
-from tests.security.test_attacks import _open_path_to_python
+from tests.security.grade_as import run_as
+from tests.security.test_folders_round2 import _meta
 
 pytestmark = [
     pytest.mark.security,
@@ -38,31 +39,19 @@ pytestmark = [
     pytest.mark.xdist_group("security"),
 ]
 
-NOBODY = 65534
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 A = "tiny"
 GRADER = Path(grader.__file__).resolve().parent
 
 
-def _meta(grade_id: str, solution: bool) -> dict:
-    return {
-        "nbgrader": {
-            "grade": not solution,
-            "grade_id": grade_id,
-            "locked": not solution,
-            "schema_version": 3,
-            "solution": solution,
-            "task": False,
-            **({} if solution else {"points": 1}),
-        }
-    }
-
-
 def _notebook(solution: str) -> nbformat.NotebookNode:
+    """The tiny assignment's one exercise: ``solution`` as its cell, then its test (a point)."""
     return nbformat.v4.new_notebook(
         cells=[
-            nbformat.v4.new_code_cell(solution, metadata=_meta("answer", True)),
-            nbformat.v4.new_code_cell("assert answer() == 42", metadata=_meta("test_answer", False)),
+            nbformat.v4.new_code_cell(solution, metadata=_meta("answer", solution=True)),
+            nbformat.v4.new_code_cell(
+                "assert answer() == 42", metadata=_meta("test_answer", solution=False, points=1)
+            ),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
@@ -137,18 +126,10 @@ def instructor(request):
     }
     nbformat.write(_notebook(_attack(targets)), submission / f"{A}.ipynb")
     command = [sys.executable, "-m", "grader", "check", str(submission / f"{A}.ipynb")]
-    restore = []
-    if identity == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        for base, dirs, files in os.walk(root):
-            for name in [base, *(os.path.join(base, n) for n in dirs + files)]:
-                os.chown(name, NOBODY, NOBODY)
-        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
+    command, _ = run_as(identity, command, root)
     try:
         yield {"command": command, "root": root, "targets": targets, "submission": submission}
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         for name in ("in_grader", "beside_grader"):
             Path(targets[name]).unlink(missing_ok=True)
         shutil.rmtree(root, ignore_errors=True)
@@ -187,12 +168,7 @@ def test_unconfined_runs_ones_own_notebook_in_its_folder(identity):
         root / f"{A}.ipynb",
     )
     command = [sys.executable, "-m", "grader", "check", "--unconfined", str(root / f"{A}.ipynb")]
-    restore = []
-    if identity == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        for path in (root, *root.iterdir()):
-            os.chown(path, NOBODY, NOBODY)
-        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
+    command, _ = run_as(identity, command, root)
     try:
         run = subprocess.run(
             command,
@@ -206,8 +182,6 @@ def test_unconfined_runs_ones_own_notebook_in_its_folder(identity):
         assert "PASS  test_answer" in run.stdout
         assert (root / "written.txt").read_text() == "mine"
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import nbformat
 import pytest
 
 from grader.autograde.folder_walk import SUBMISSION_LIMITS, copy_walked_file, walk_folder
-from tests.security.test_attacks import _open_path_to_python
+from tests.security.grade_as import NOBODY, autograde_command, run_as, switches
 
 pytestmark = [
     pytest.mark.security,
@@ -42,7 +41,6 @@ pytestmark = [
 A = "tiny"
 FULL = 2.0
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
-NOBODY = 65534
 SPARSE = 32 * 2**30
 DEEP = 1_100
 NOT_UTF8_ID = b"\xff\xfestudent"
@@ -143,19 +141,6 @@ def _unnest(folder: Path) -> None:
             os.rmdir(folder / "d")
 
 
-def _chown_tree(root: Path, uid: int) -> None:
-    """Iterative and byte-safe (names that are not UTF-8), unlike a walk by str paths."""
-    stack = [os.fsencode(root)]
-    while stack:
-        folder = stack.pop()
-        os.chown(folder, uid, uid, follow_symlinks=False)
-        for entry in os.scandir(folder):
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            else:
-                os.chown(entry.path, uid, uid, follow_symlinks=False)
-
-
 def _build_class(submitted: Path) -> dict[str, Path]:
     """Every attack, next to an honest classmate; returns folders to finish after chown."""
     _hand_in(submitted, "honest")
@@ -221,32 +206,9 @@ def graded(request):
     (source / A).mkdir(parents=True)
     nbformat.write(_notebook(), source / A / f"{A}.ipynb")
     later = _build_class(submitted)
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--source",
-        str(source),
-        "--timeout",
-        "20",
-        "--workers",
-        "2",
-        "--quiet",
-    ]
-    env = dict(os.environ)
-    restore: list[tuple[Path, int]] = []
-    owner = None
-    if identity == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        out.mkdir()
-        _chown_tree(root, NOBODY)
-        owner = NOBODY
-        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
-        env["HOME"] = str(root)
+    command = autograde_command(submitted, out, source=source, timeout=20)
+    command, env = run_as(identity, command, root, make=[out])
+    owner = NOBODY if switches(identity) else None
     locked = _lock(later, owner)
     try:
         first = _grade(command, env, root)
@@ -264,8 +226,6 @@ def graded(request):
             "rerun": _results(out),
         }
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         for path in locked:
             os.chmod(path, 0o755)
         _unnest(later["deep"])

@@ -40,16 +40,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.hostile_class import (
-    FILE_MARKER,
-    IDENTITIES,
-    MARKER,
-    NOBODY,
-    as_identity,
-    build,
-    grade,
-    reach_python,
-)
+from tests.security.grade_as import NOBODY, identity_prefix, switches
+from tests.security.hostile_class import FILE_MARKER, IDENTITIES, MARKER, build, grade
 
 pytestmark = [
     pytest.mark.security,
@@ -79,7 +71,6 @@ def graded(request):
     identity = request.param
     root = Path(tempfile.mkdtemp(prefix="attention-formgrader-"))
     os.chmod(root, 0o755)
-    restore = reach_python(identity)
     try:
         build(root)
         trap = root / "trap"  # a folder with an nbgrader_config.py, as a student's inbound one could be
@@ -89,8 +80,6 @@ def graded(request):
         assert run.returncode == 0, run.stderr[-3000:]
         yield {"identity": identity, "root": root, "out": out, "trap": trap}
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -98,10 +87,10 @@ def graded(request):
 def server(graded):
     """formgrader on OUT, started as the user who graded; (base URL, token, login URL)."""
     env = dict(os.environ)
-    if graded["identity"] == "user" and os.getuid() == 0:
+    if switches(graded["identity"]):
         env["HOME"] = str(graded["root"])
     command = [
-        *as_identity(graded["identity"]),
+        *identity_prefix(graded["identity"]),
         sys.executable,
         "-m",
         "grader",

@@ -36,9 +36,10 @@ import nbformat
 import pytest
 
 from grader.paths import SOLUTIONS
+from tests import interpreter_access
 from tests.notebook_runner import solved_notebook, with_cell
-from tests.security.test_attacks import _chown_tree, _open_path_to_python
-from tests.security.test_resources_round2 import _results, _setpriv, run_jobs
+from tests.security.grade_as import grade_class_as, identity_prefix
+from tests.security.test_resources_round2 import _results, run_jobs
 
 pytestmark = [
     pytest.mark.security,
@@ -55,10 +56,7 @@ KEY_CALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}  # add_key, 
 
 @pytest.fixture(scope="module", autouse=True)
 def _python_reachable():
-    restore = _open_path_to_python() if os.getuid() == 0 else []
-    yield
-    for folder, mode in restore:
-        os.chmod(folder, mode)
+    interpreter_access.hold()
 
 
 KEYRING_HELPERS = """
@@ -118,7 +116,7 @@ def _keyring_script(name: str, body: str) -> str:
 
 def _as_nobody() -> list[str]:
     """uid 65534 itself, whichever identity ran the grader (as root, its jobs ran as 65534)."""
-    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.getuid() == 0 else []
+    return identity_prefix("user")
 
 
 @pytest.fixture(scope="module", params=IDENTITIES)
@@ -316,38 +314,13 @@ def graded_ch07(request):
     for student, nb in notebooks.items():
         (submitted / student / CH07).mkdir(parents=True)
         nbformat.write(nb, submitted / student / CH07 / f"{CH07}.ipynb")
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--source",
-        str(source),
-        "--timeout",
-        "120",
-        "--workers",
-        "2",
-        "--quiet",
-    ]
-    env, restore = dict(os.environ), []
-    if request.param == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        out.mkdir()
-        _chown_tree(root, 65534)
-        command = [*_setpriv("user"), *command]
-        env["HOME"] = str(root)
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=root)
+        run = grade_class_as(request.param, root, 120, 900)
         assert run.returncode == 0, run.stderr[-3000:]
         yield {
             student: json.loads((out / student / CH07 / "results.json").read_text()) for student in notebooks
         }
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -39,7 +39,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.security.test_attacks import _open_path_to_python
+from tests import interpreter_access
+from tests.security.grade_as import NOBODY, autograde_command, chown_tree, identity_prefix, switches
+from tests.security.test_check_confined import _notebook
 
 pytestmark = [
     pytest.mark.security,
@@ -49,7 +51,6 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-NOBODY = 65534
 MB = 2**20
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 JOB_MEMORY = 256 * MB  # the job's memory in the cgroup case
@@ -63,18 +64,9 @@ LIMITS = {
 }
 
 
-def _setpriv(identity: str) -> list[str]:
-    if identity == "user" and os.getuid() == 0:
-        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    return []
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _python_reachable():
-    restore = _open_path_to_python() if os.getuid() == 0 else []
-    yield
-    for folder, mode in restore:
-        os.chmod(folder, mode)
+    interpreter_access.hold()
 
 
 def run_jobs(
@@ -89,7 +81,7 @@ def run_jobs(
     os.chmod(home, 0o777)
     try:
         run = subprocess.run(
-            [*_setpriv(identity), sys.executable, "-m", "tests.security.job_runner"],
+            [*identity_prefix(identity), sys.executable, "-m", "tests.security.job_runner"],
             input=json.dumps(spec),
             capture_output=True,
             text=True,
@@ -376,35 +368,13 @@ IMMORTAL = textwrap.dedent(f"""
 
 
 def _tiny_source(folder: Path, solution: str) -> None:
-    def meta(grade_id: str, solution: bool) -> dict:
-        return {
-            "nbgrader": {
-                "grade": not solution,
-                "grade_id": grade_id,
-                "locked": not solution,
-                "schema_version": 3,
-                "solution": solution,
-                "task": False,
-                **({} if solution else {"points": 1}),
-            }
-        }
-
-    def notebook(body: str) -> nbformat.NotebookNode:
-        return nbformat.v4.new_notebook(
-            cells=[
-                nbformat.v4.new_code_cell(body, metadata=meta("answer", True)),
-                nbformat.v4.new_code_cell("assert answer() == 42", metadata=meta("test_answer", False)),
-            ],
-            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        )
-
     (folder / "source" / "tiny").mkdir(parents=True)
     nbformat.write(
-        notebook("### BEGIN SOLUTION\ndef answer():\n    return 42\n### END SOLUTION"),
+        _notebook("### BEGIN SOLUTION\ndef answer():\n    return 42\n### END SOLUTION"),
         folder / "source" / "tiny" / "tiny.ipynb",
     )
     (folder / "submitted" / "immortal" / "tiny").mkdir(parents=True)
-    nbformat.write(notebook(solution), folder / "submitted" / "immortal" / "tiny" / "tiny.ipynb")
+    nbformat.write(_notebook(solution), folder / "submitted" / "immortal" / "tiny" / "tiny.ipynb")
 
 
 def _processes() -> dict[int, tuple[str, str, str]]:
@@ -456,28 +426,15 @@ def test_no_job_outlives_its_grader(identity, work_folder):
     signal sleeps forever: within a few seconds nothing of that job is left."""
     tmp_path = work_folder
     _tiny_source(tmp_path, IMMORTAL)
-    if identity == "user" and os.getuid() == 0:
-        for base, dirs, files in os.walk(tmp_path):
-            for name in [base, *(os.path.join(base, n) for n in dirs + files)]:
-                os.chown(name, NOBODY, NOBODY)
+    if switches(identity):
+        chown_tree(tmp_path, NOBODY)
     job: set[tuple[int, str]] = set()  # (pid, start time) of the grader and all it started
     grading_run = subprocess.Popen(
         [
-            *_setpriv(identity),
-            sys.executable,
-            "-m",
-            "grader",
-            "autograde",
-            str(tmp_path / "submitted"),
-            "--out",
-            str(tmp_path / "out"),
-            "--source",
-            str(tmp_path / "source"),
-            "--timeout",
-            "600",
-            "--workers",
-            "1",
-            "--quiet",
+            *identity_prefix(identity),
+            *autograde_command(
+                tmp_path / "submitted", tmp_path / "out", source=tmp_path / "source", timeout=600, workers=1
+            ),
         ],
         cwd=tmp_path,
         env=dict(os.environ, HOME=str(tmp_path)),
