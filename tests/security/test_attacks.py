@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -27,8 +26,8 @@ import pytest
 
 import grader
 from grader.paths import SOLUTIONS
-from tests import interpreter_access
 from tests.notebook_runner import learner_notebook, solved_notebook, with_cell
+from tests.security.grade_as import grade_class_as
 
 pytestmark = [
     pytest.mark.security,
@@ -255,26 +254,6 @@ STUB_ATTACKS = {
 }
 
 
-def _open_path_to_python() -> list[tuple[Path, int]]:
-    """Let uid 65534 reach this interpreter (pyenv lives under /root, mode 0700, on CI).
-
-    The path is opened once per test process and restored when the last test process that
-    holds it exits (``tests.interpreter_access``), so one test restoring the modes can never
-    shut out another that still grades as uid 65534. Returns nothing for the caller to
-    restore; an instructor's own Python is readable by the instructor, so this only stands
-    in for that.
-    """
-    interpreter_access.hold()
-    return []
-
-
-def _chown_tree(path: Path, uid: int) -> None:
-    for base, _dirs, files in os.walk(path):
-        os.chown(base, uid, uid)
-        for name in files:
-            os.chown(os.path.join(base, name), uid, uid)
-
-
 def _write_folder_attacks(submitted: Path, solved: nbformat.NotebookNode) -> None:
     """Submissions that attack through their folders: symlinks (to a classmate's notebook, to
     a secret beside the notebook, a whole student folder) and student ids that are not names."""
@@ -332,37 +311,11 @@ def graded(request):
         (submitted / student / A).mkdir(parents=True)
         nbformat.write(nb, submitted / student / A / f"{A}.ipynb")
     _write_folder_attacks(submitted, solved)
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--source",
-        str(source),
-        "--timeout",
-        "20",
-        "--workers",
-        "2",
-        "--quiet",
-    ]
-    env = dict(os.environ, ATTENTION_INSTRUCTOR_TOKEN=SECRET)
-    restore: list[tuple[Path, int]] = []
-    if identity == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        out.mkdir()
-        _chown_tree(root, 65534)
-        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        env["HOME"] = str(root)
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=root)
+        run = grade_class_as(identity, root, 20, 900, env=dict(os.environ, ATTENTION_INSTRUCTOR_TOKEN=SECRET))
         ps = subprocess.run(["ps", "-eo", "pid,ppid,uid,args"], capture_output=True, text=True).stdout
         yield {"identity": identity, "root": root, "out": out, "run": run, "ps": ps, "submitted": submitted}
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         listener.close()
         shutil.rmtree(root, ignore_errors=True)
 

@@ -22,14 +22,13 @@ from pathlib import Path
 import pytest
 
 from tests.notebook_runner import grade_id, solved_notebook
-from tests.security.test_attacks import _chown_tree, _open_path_to_python
+from tests.security.grade_as import NOBODY, hand_over, identity_prefix
 from tests.test_course_run import COURSE
 from tests.test_watch import FULL, Watch
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.slow, pytest.mark.xdist_group("watch")]
 
 A = "03_scaled_dot_product"
-NOBODY = 65534
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
 
 
@@ -39,12 +38,11 @@ class WatchAs(Watch):
 
     def __init__(self, root: Path, identity: str) -> None:
         super().__init__(root)
-        if identity == "user" and os.getuid() == 0:
-            self.prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        self.identity = identity
+        self.prefix = identity_prefix(identity)
 
     def start(self) -> None:
-        if self.prefix:
-            _chown_tree(self.root, NOBODY)
+        hand_over(self.identity, self.root)
         super().start()
 
 
@@ -52,12 +50,9 @@ class WatchAs(Watch):
 def course_root(request):
     root = Path(tempfile.mkdtemp(prefix="attention-exchange-"))
     os.chmod(root, 0o755)
-    restore = _open_path_to_python() if request.param == "user" and os.getuid() == 0 else []
     try:
         yield root, request.param
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 

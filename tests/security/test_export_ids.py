@@ -32,12 +32,11 @@ import pytest
 
 from grader.autograde.reports import write_grades_csv, write_results
 from grader.paths import ROOT
-from tests.security.test_attacks import _open_path_to_python
+from tests.security.grade_as import hand_over, identity_prefix
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.xdist_group("security")]
 
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
-NOBODY = 65534
 A = "03_scaled_dot_product"
 BYTE_ID = b"\xff".decode("utf-8", "surrogateescape")  # a folder name that is not UTF-8
 IDS = [
@@ -92,18 +91,6 @@ def _text(cell: str) -> str:
     return cell[1:] if cell.startswith("'") else cell
 
 
-def _chown_tree(root: Path, uid: int) -> None:
-    stack = [os.fsencode(root)]
-    while stack:
-        folder = stack.pop()
-        os.chown(folder, uid, uid, follow_symlinks=False)
-        for entry in os.scandir(folder):
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            else:
-                os.chown(entry.path, uid, uid, follow_symlinks=False)
-
-
 @pytest.fixture(scope="module", params=IDENTITIES)
 def course(request):
     root = Path(tempfile.mkdtemp(prefix="attention-export-ids-"))
@@ -120,16 +107,11 @@ def course(request):
         for n, student in enumerate([*IDS, "\\xff", "E1"]):
             if student != "+x":  # graded, not on the roster
                 writer.writerow([student, f"Student {n}", 1000 + n, f"login{n}", f"N{n}"])
-    prefix, restore = [], []
-    if request.param == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        _chown_tree(root, NOBODY)
-        prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    hand_over(request.param, root)
+    prefix = identity_prefix(request.param)
     try:
         yield {"root": root, "out": out, "roster": roster, "prefix": prefix}
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -43,13 +43,12 @@ import pytest
 from grader.paths import ROOT, SOLUTIONS
 from grader.similarity import DEFAULT_THRESHOLD
 from grader.similarity.exercises import nbgrader_metadata
-from tests.security.test_attacks import _open_path_to_python
+from tests.security.grade_as import run_as
 from tests.test_similarity import CH3, COURSE, INDEPENDENT, SDPA, _notebook, write_class
 
 pytestmark = [pytest.mark.security, pytest.mark.grading, pytest.mark.xdist_group("security")]
 
 IDENTITIES = ["root", "user"] if os.getuid() == 0 else ["user"]
-NOBODY = 65534
 JACOBIAN = "softmax_jacobian"
 HONEST = {f"indep{n:02d}": code for n, code in enumerate(INDEPENDENT, start=1)} | {"course": COURSE}
 # who copied whom, and how it was hidden
@@ -169,13 +168,6 @@ def build_class(submitted: Path) -> None:
     (submitted / "badmeta" / CH3 / f"{CH3}.ipynb").write_text(json.dumps(text), encoding="utf-8")
 
 
-def _chown_tree(root: Path, uid: int) -> None:
-    for base, _dirs, files in os.walk(root):
-        os.chown(base, uid, uid)
-        for name in files:
-            os.chown(os.path.join(base, name), uid, uid)
-
-
 @pytest.fixture(scope="module", params=IDENTITIES)
 def reported(request):
     """The class, reported once by the command as ``identity``: its CSV, page and time."""
@@ -194,21 +186,10 @@ def reported(request):
         "--source",
         str(SOLUTIONS),
     ]
-    restore = []
-    if request.param == "user" and os.getuid() == 0:
-        restore = _open_path_to_python()
-        _chown_tree(root, NOBODY)
-        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
+    command, env = run_as(request.param, command, root, env={**os.environ, "HOME": str(root)})
     try:
         started = time.monotonic()
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=900,
-            env={**os.environ, "HOME": str(root)},
-        )
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
         seconds = time.monotonic() - started
         print(f"{request.param}: the report took {seconds:.1f} s ({done.stdout.strip()})")
         rows, page = [], ""
@@ -218,8 +199,6 @@ def reported(request):
             page = (out / "similarity.html").read_text(encoding="utf-8")
         yield {"done": done, "seconds": seconds, "rows": rows, "page": page}
     finally:
-        for folder, mode in restore:
-            os.chmod(folder, mode)
         shutil.rmtree(root, ignore_errors=True)
 
 

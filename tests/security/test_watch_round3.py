@@ -37,7 +37,6 @@ import nbformat
 import pytest
 
 from tests.notebook_runner import learner_notebook, solved_notebook
-from tests.security.test_attacks import _open_path_to_python
 from tests.security.test_exchange_hidden import WatchAs
 from tests.test_watch import FULL
 
@@ -56,29 +55,26 @@ AT_FDCWD = -100
 def _course(identity: str, options: list[str] | None = None):
     root = Path(tempfile.mkdtemp(prefix="attention-watch3-"))
     os.chmod(root, 0o755)
-    restore = _open_path_to_python() if identity == "user" and os.getuid() == 0 else []
     watch = WatchAs(root, identity)
     if options is not None:
         watch.options = options
     watch.start()
-    return watch, root, restore
+    return watch, root
 
 
-def _stop(watch, root: Path, restore) -> None:
+def _stop(watch, root: Path) -> None:
     if watch.process is not None:
         watch.stop()
-    for folder, mode in restore:
-        os.chmod(folder, mode)
     shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", params=IDENTITIES)
 def watch(request):
-    watch, root, restore = _course(request.param)
+    watch, root = _course(request.param)
     try:
         yield watch
     finally:
-        _stop(watch, root, restore)
+        _stop(watch, root)
 
 
 def _stage(
@@ -285,11 +281,11 @@ def test_a_symlinked_secret_to_192_mib_is_neither_followed_nor_read(watch):
 @pytest.fixture(scope="module", params=IDENTITIES)
 def late_watch(request):
     due = f"{A}={datetime.now(UTC) - timedelta(days=1):%Y-%m-%d %H:%M} UTC"  # the real arrivals are late
-    watch, root, restore = _course(request.param, ["--due", due, "--late-policy", "zero"])
+    watch, root = _course(request.param, ["--due", due, "--late-policy", "zero"])
     try:
         yield watch
     finally:
-        _stop(watch, root, restore)
+        _stop(watch, root)
 
 
 def test_a_symlinked_timestamp_is_not_a_timestamp_the_arrival_time_counts(late_watch):
