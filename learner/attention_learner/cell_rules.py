@@ -35,7 +35,7 @@ class TestStatus(StrEnum):
     NEEDS_MANUAL_GRADE = "needs_manual_grade"
 
 
-def nbgrader_meta(cell: Any) -> dict:
+def nbgrader_meta(cell: Any) -> dict[str, Any]:
     """The cell's nbgrader metadata, or {} (a submitted cell's metadata may be anything)."""
     metadata = cell.get("metadata") if isinstance(cell, dict) else None
     meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
@@ -88,16 +88,22 @@ def visible_part(source: str) -> str:
 
 def check_calls(source: str) -> list[tuple[str, int, dict[str, Any]]]:
     """(exercise, seed, params) of every ``check("name", fn, seed=..., **params)`` call in a
-    cell's source, in order; raises ValueError when an argument is not a literal."""
+    cell's source, in order; raises ValueError when an argument is not a literal (or is a
+    ``**mapping``, which names no parameter)."""
     import ast
 
-    calls = []
+    calls: list[tuple[str, int, dict[str, Any]]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check":
             if not node.args:
                 raise ValueError("check() needs the exercise's name as its first argument")
             exercise = ast.literal_eval(node.args[0])
-            params = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            params: dict[str, Any] = {}
+            for k in node.keywords:
+                value = ast.literal_eval(k.value)
+                if k.arg is None:  # check(..., **{...}): a literal, but no parameter name
+                    raise ValueError("check() takes its parameters as name=literal, not **mapping")
+                params[k.arg] = value
             calls.append((exercise, int(params.pop("seed", 0)), params))
     return calls
 
@@ -108,12 +114,12 @@ def exercise_of(grade_id: str) -> str:
     return name.split("__", 1)[0]
 
 
-def first_error(outputs: list[dict]) -> dict | None:
+def first_error(outputs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The cell's error output, if it raised (nbgrader's rule for a failed cell)."""
     return next((o for o in outputs if o.get("output_type") == "error"), None)
 
 
-def stderr_text(outputs: list[dict]) -> str | None:
+def stderr_text(outputs: list[dict[str, Any]]) -> str | None:
     """What the cell wrote to stderr (nbgrader scores such a test cell 0), or None."""
     parts = [
         o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"
@@ -125,7 +131,7 @@ def stderr_text(outputs: list[dict]) -> str | None:
 STDERR_QUOTE = 500
 
 
-def cell_outcome(outputs: list[dict]) -> tuple[TestStatus, str]:
+def cell_outcome(outputs: list[dict[str, Any]]) -> tuple[TestStatus, str]:
     """nbgrader's verdict on a test cell that ran, from its outputs alone: FAILED with the
     check's message if it raised an AssertionError, ERROR if it raised anything else, FAILED
     if it wrote to stderr (nbgrader scores such a cell 0), else PASSED."""

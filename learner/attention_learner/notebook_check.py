@@ -17,9 +17,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attention_learner.cell_rules import TestStatus, cell_outcome, cell_points, is_test_cell
 from attention_learner.startup import decline_iri_checker
+
+if TYPE_CHECKING:  # nbformat is imported where a notebook is read, not at start-up
+    from nbformat import NotebookNode
 
 
 @dataclass(frozen=True)
@@ -35,12 +39,12 @@ class TestOutcome:
     message: str
 
 
-def executed_notebook(path: Path, timeout: float = 120.0):
+def executed_notebook(path: Path, timeout: float = 120.0) -> NotebookNode:
     """``path`` run top to bottom in a fresh kernel (errors kept in the outputs, not raised)."""
     import nbformat
     from nbclient import NotebookClient
 
-    nb = nbformat.read(path, as_version=4)
+    nb: NotebookNode = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]  # nbformat: unannotated
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -58,7 +62,7 @@ def executed_notebook(path: Path, timeout: float = 120.0):
     return nb
 
 
-def outcomes_of(nb) -> list[TestOutcome]:
+def outcomes_of(nb: NotebookNode) -> list[TestOutcome]:
     """One outcome per test cell of an executed notebook, in order."""
     outcomes = []
     for cell in nb.cells:
