@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from tests.notebook_runner import learner_notebook, solved_notebook, with_cell
+from tests.security.grade_as import autograde_command
 
 distributed = pytest.importorskip("distributed")  # the 'cluster' extra (also in 'test')
 
@@ -46,19 +47,7 @@ def _write(submitted: Path, notebooks: dict[str, nbformat.NotebookNode]) -> None
 
 
 def _command(submitted: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--quiet",
-        *extra,
-    ]
+    return autograde_command(submitted, out, *extra, timeout=TIMEOUT, workers=None)
 
 
 def _env() -> dict[str, str]:

@@ -28,6 +28,7 @@ import pytest
 
 from tests.notebook_runner import grade_id, learner_notebook, solved_notebook, with_cell
 from tests.pg_server import URL_VARIABLE, PostgresServer, find_bin_dir
+from tests.security.grade_as import autograde_command
 
 try:
     import psycopg
@@ -238,20 +239,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def autograde(submitted: Path, out: Path, db: str | None = None, **env: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(submitted),
-        "--out",
-        str(out),
-        "--timeout",
-        "20",
-        "--workers",
-        "2",
-        "--quiet",
-    ] + (["--db", db] if db else [])
+    command = autograde_command(submitted, out, *(["--db", db] if db else []), timeout=20)
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=_env(**env))
 
 
