@@ -15,8 +15,8 @@ import pytest
 from attention_learner import recording
 from attention_learner.cell_rules import is_test_cell
 from attention_learner.conventions import AFTER, convention_facts
-from grader.autograde.child_report import Record, decode_array, encode_arrays
 from attention_learner.forbidden import FORBIDDEN
+from grader.autograde.child_report import Record, decode_array, encode_arrays
 from grader.autograde.delegation import analyse
 from grader.autograde.judging import ExpectedCheck, judge_close, rejudge
 from grader.autograde.scoring import delegation_of, memory_budgets
