@@ -42,15 +42,16 @@ named in the report, never merged.
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from grader.autograde.gradebook import GradebookUnavailable
-from grader.autograde.reports import csv_cell, printable, write_csv
+from grader.autograde.reports import csv_cell, grade_column, printable, write_csv
+from grader.autograde.results import SubmissionResult, read_result
 from grader.export_gradebook import default_db_url, with_gradebook_scores
 
 FORMATS = ("canvas", "moodle", "wide")
@@ -72,6 +73,7 @@ _ALIASES = {
     "id_number": "idnumber",
     "username": "username",
 }
+Person = dict[str, str]  # a roster row: field (canonical name) -> cell
 _CANVAS_COLUMN = re.compile(r"(?P<name>.+) \((?P<id>\d+)\)")
 
 
@@ -143,9 +145,9 @@ def export(
         except GradebookUnavailable as exc:
             raise ExportError(str(exc)) from None
     people, canvas_ids = read_roster(roster) if roster is not None else (None, {})
-    assignments = sorted({r["assignment"] for r in results})
-    by_key = {(r["student_id"], r["assignment"]): r for r in results}
-    graded = sorted({r["student_id"] for r in results})
+    assignments = sorted({r.assignment for r in results})
+    by_key = {(r.student_id, r.assignment): r for r in results}
+    graded = sorted({r.student_id for r in results})
     if people is None:
         people = [{"student_id": s} for s in graded]
         not_on_roster = []
@@ -171,7 +173,7 @@ def export(
         result = by_key.get((student, assignment))
         if result is None:
             return 0 if missing_as_zero else ""
-        return _number(result["score"])
+        return _number(result.score)
 
     header, rows = {"canvas": _canvas, "moodle": _moodle, "wide": _wide}[fmt](
         people, assignments, results, score, canvas_ids, by_key, missing_as_zero
@@ -185,19 +187,16 @@ def export(
     return report
 
 
-def graded_results(out: Path) -> list[dict[str, Any]]:
+def graded_results(out: Path) -> list[SubmissionResult]:
     """The results.json records of grades.csv's rows (all of OUT's if it has no grades.csv),
     each with ``student_id`` and ``assignment`` the raw names of its folders."""
     if not out.is_dir():
         raise ExportError(f"{out} is not a folder (give the --out folder of python -m grader autograde)")
     results = []
     for path in sorted(out.glob("*/*/results.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and "score" in record:
-            results.append({**record, "student_id": path.parent.parent.name, "assignment": path.parent.name})
+        record = read_result(path)
+        if record is not None:
+            results.append(replace(record, student_id=path.parent.parent.name, assignment=path.parent.name))
     grades = out / "grades.csv"
     if grades.is_file():
         with open(grades, newline="", encoding="utf-8", errors="replace") as handle:
@@ -207,9 +206,7 @@ def graded_results(out: Path) -> list[dict[str, Any]]:
             )
         current = []
         for r in results:  # a row stands for one record: two that would write alike need two rows
-            key = _row_key(
-                csv_cell(r["student_id"]), csv_cell(r["assignment"]), csv_cell(r.get("status")), r["score"]
-            )
+            key = _row_key(csv_cell(r.student_id), csv_cell(r.assignment), csv_cell(str(r.status)), r.score)
             if rows[key] > 0:
                 rows[key] -= 1
                 current.append(r)
@@ -284,14 +281,22 @@ def _display_name(person: dict[str, str]) -> str:
     return f"{last}, {first}" if last and first else (last or first or person["student_id"])
 
 
-def _max_scores(results: list[dict[str, Any]]) -> dict[str, Any]:
+def _max_scores(results: list[SubmissionResult]) -> dict[str, Any]:
     best: dict[str, float] = {}
     for r in results:
-        best[r["assignment"]] = max(best.get(r["assignment"], 0.0), float(r.get("max_score") or 0.0))
+        best[r.assignment] = max(best.get(r.assignment, 0.0), r.max_score)
     return {a: _number(v) for a, v in best.items()}
 
 
-def _canvas(people, assignments, results, score, canvas_ids, by_key, missing_as_zero):
+def _canvas(
+    people: list[Person],
+    assignments: list[str],
+    results: list[SubmissionResult],
+    score: Callable[[str, str], Any],
+    canvas_ids: dict[str, str],
+    by_key: dict[tuple[str, str], SubmissionResult],
+    missing_as_zero: bool,
+) -> tuple[list[Any], list[list[Any]]]:
     columns = [f"{a} ({canvas_ids[a]})" if a in canvas_ids else a for a in assignments]
     header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *columns]
     points = _max_scores(results)
@@ -314,7 +319,15 @@ def _canvas(people, assignments, results, score, canvas_ids, by_key, missing_as_
     return header, rows
 
 
-def _moodle(people, assignments, results, score, canvas_ids, by_key, missing_as_zero):
+def _moodle(
+    people: list[Person],
+    assignments: list[str],
+    results: list[SubmissionResult],
+    score: Callable[[str, str], Any],
+    canvas_ids: dict[str, str],
+    by_key: dict[tuple[str, str], SubmissionResult],
+    missing_as_zero: bool,
+) -> tuple[list[Any], list[list[Any]]]:
     use_idnumber = any(p.get("idnumber") for p in people)
     identifier = "ID number" if use_idnumber else "Username"
     header = ["First name", "Last name", identifier, "Email address", *assignments]
@@ -332,34 +345,37 @@ def _moodle(people, assignments, results, score, canvas_ids, by_key, missing_as_
     return header, rows
 
 
-def _wide(people, assignments, results, score, canvas_ids, by_key, missing_as_zero):
+def _wide(
+    people: list[Person],
+    assignments: list[str],
+    results: list[SubmissionResult],
+    score: Callable[[str, str], Any],
+    canvas_ids: dict[str, str],
+    by_key: dict[tuple[str, str], SubmissionResult],
+    missing_as_zero: bool,
+) -> tuple[list[Any], list[list[Any]]]:
     tests: dict[str, list[str]] = {a: [] for a in assignments}
     for r in results:
-        for t in r.get("tests", []):
-            column = t["grade_id"] if t["notebook"] == r["assignment"] else f"{t['notebook']}:{t['grade_id']}"
-            if column not in tests[r["assignment"]]:
-                tests[r["assignment"]].append(column)
+        for t in r.tests:
+            column = grade_column(t, r.assignment)
+            if column not in tests[r.assignment]:
+                tests[r.assignment].append(column)
     for r in results:  # the tests' points are before the late penalty, so show it where there is one
-        if r.get("penalty") and "penalty" not in tests[r["assignment"]]:
-            tests[r["assignment"]].append("penalty")
+        if r.penalty and "penalty" not in tests[r.assignment]:
+            tests[r.assignment].append("penalty")
     extra = [k for k in ("name", "email", "section") if any(p.get(k) for p in people)]
     header = ["student_id", *extra, *assignments, *[f"{a}:{c}" for a in assignments for c in tests[a]]]
     rows = []
     for p in people:
-        cells = [p["student_id"], *[p.get(k, "") for k in extra]]
+        cells: list[Any] = [p["student_id"], *[p.get(k, "") for k in extra]]
         cells += [score(p["student_id"], a) for a in assignments]
         for a in assignments:
             result = by_key.get((p["student_id"], a))
-            points = (
-                {}
-                if result is None
-                else {
-                    (t["grade_id"] if t["notebook"] == a else f"{t['notebook']}:{t['grade_id']}"): t["points"]
-                    for t in result.get("tests", [])
-                }
+            points: dict[str, float] = (
+                {} if result is None else {grade_column(t, a): t.points for t in result.tests}
             )
             if result is not None:
-                points["penalty"] = result.get("penalty") or 0
+                points["penalty"] = result.penalty or 0
             empty = 0 if result is None and missing_as_zero else ""
             cells += [_number(points[c]) if c in points else empty for c in tests[a]]
         rows.append(cells)

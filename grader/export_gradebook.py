@@ -15,10 +15,13 @@ results.json in OUT (left out: the export's students are OUT's folders).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from attention_learner.cell_rules import TestStatus
 from grader.autograde.reports import printable
+from grader.autograde.results import SubmissionResult, TestResult
 
 TOLERANCE = 1e-6  # scores are sums of a few floats
 
@@ -30,10 +33,11 @@ def default_db_url(out: Path) -> str | None:
 
 
 def with_gradebook_scores(
-    results: list[dict[str, Any]], db_url: str
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """``results`` with score, raw_score, penalty, max_score and each test's points from the
-    gradebook at ``db_url``, and one warning line per disagreement.
+    results: list[SubmissionResult], db_url: str
+) -> tuple[list[SubmissionResult], list[str]]:
+    """``results`` with the penalty and each test's points from the gradebook at ``db_url``
+    (so their score, raw_score and max_score are the gradebook's), and one warning line per
+    disagreement.
 
     Raises :class:`grader.autograde.gradebook.GradebookUnavailable` when it cannot be opened.
     """
@@ -45,25 +49,28 @@ def with_gradebook_scores(
     try:
         merged, warnings = [], []
         for record in results:
-            name = f"{printable(record['student_id'])}/{printable(record['assignment'])}"
+            name = f"{printable(record.student_id)}/{printable(record.assignment)}"
             try:
-                submission = gradebook.find_submission(record["assignment"], record["student_id"])
+                submission = gradebook.find_submission(record.assignment, record.student_id)
             except MissingEntry:
                 warnings.append(
                     f"warning: {name} is not in the gradebook; exported its results.json "
-                    f"score {_shown(record['score'])}"
+                    f"score {_shown(record.score)}"
                 )
                 merged.append(record)
                 continue
-            final = _final(submission)
-            if abs(final["score"] - float(record["score"])) > TOLERANCE:
+            final = max(
+                0.0, float(submission.score or 0.0) - float(submission.late_submission_penalty or 0.0)
+            )
+            if abs(final - record.score) > TOLERANCE:
                 warnings.append(
-                    f"warning: {name}: the gradebook says {_shown(final['score'])}, its "
-                    f"results.json {_shown(record['score'])} (graded by hand or re-penalised "
+                    f"warning: {name}: the gradebook says {_shown(final)}, its "
+                    f"results.json {_shown(record.score)} (graded by hand or re-penalised "
                     "since); exported the gradebook's"
                 )
-            merged.append({**record, **final, "tests": _tests(record, submission)})
-        known = {(r["student_id"], r["assignment"]) for r in results}
+            penalty = float(submission.late_submission_penalty or 0.0)
+            merged.append(replace(record, penalty=penalty, tests=_tests(record, submission)))
+        known = {(r.student_id, r.assignment) for r in results}
         extra = sorted(
             (s.student_id, s.assignment.name)
             for a in gradebook.assignments
@@ -80,34 +87,18 @@ def with_gradebook_scores(
         gradebook.close()
 
 
-def _final(submission: Any) -> dict[str, float]:
-    raw = float(submission.score or 0.0)
-    penalty = float(submission.late_submission_penalty or 0.0)
-    return {
-        "raw_score": raw,
-        "penalty": penalty,
-        "score": max(0.0, raw - penalty),
-        "max_score": float(submission.max_score or 0.0),
-    }
-
-
-def _tests(record: dict[str, Any], submission: Any) -> list[dict[str, Any]]:
+def _tests(record: SubmissionResult, submission: Any) -> list[TestResult]:
     """results.json's tests with the gradebook's points (a hand grade's), then any graded cell
-    the gradebook has and results.json does not (a manually graded answer)."""
+    the gradebook has and results.json does not (a manually graded answer): their points sum
+    to the gradebook's raw score, and their maximum to its max_score."""
     grades = {(nb.name, g.name): g for nb in submission.notebooks for g in nb.grades}
     tests = []
-    for test in record.get("tests", []):
-        grade = grades.pop((test["notebook"], test["grade_id"]), None)
-        tests.append(test if grade is None else {**test, "points": float(grade.score or 0.0)})
+    for test in record.tests:
+        grade = grades.pop((test.notebook, test.grade_id), None)
+        tests.append(test if grade is None else replace(test, points=float(grade.score or 0.0)))
     for (notebook, grade_id), grade in sorted(grades.items()):
-        tests.append(
-            {
-                "notebook": notebook,
-                "grade_id": grade_id,
-                "points": float(grade.score or 0.0),
-                "max_points": float(grade.max_score or 0.0),
-            }
-        )
+        points, max_points = float(grade.score or 0.0), float(grade.max_score or 0.0)
+        tests.append(TestResult(notebook, grade_id, points, max_points, TestStatus.NEEDS_MANUAL_GRADE))
     return tests
 
 

@@ -22,21 +22,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from attention_learner.cell_rules import TestStatus, cell_outcome, cell_points, is_test_cell
-from attention_learner.notebook_check import TestOutcome, format_report
+from attention_learner.cell_rules import TestResult, TestStatus, cell_outcome, cell_points, is_test_cell
+from attention_learner.notebook_check import format_report
 from grader.autograde.child_report import read_report
 from grader.autograde.folder_walk import SUBMISSION_LIMITS, FolderWalk, copy_walked_files, walk_folder
 from grader.autograde.fork_client import ForkServer, choose_isolation, grading_config
 from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, ServerConfig, write_job_cells
 
-__all__ = ["FolderRefused", "TestOutcome", "check_notebook", "format_report"]
+__all__ = ["FolderRefused", "TestResult", "check_notebook", "format_report"]
 
 
 class FolderRefused(ValueError):
     """The notebook's folder holds more than a submission may (autograde would refuse it)."""
 
 
-def check_notebook(path: Path, timeout: float = 120.0, *, unconfined: bool = False) -> list[TestOutcome]:
+def check_notebook(path: Path, timeout: float = 120.0, *, unconfined: bool = False) -> list[TestResult]:
     """Run ``path`` in a fresh child process; one outcome per test cell, in order.
 
     Confined as autograde confines a submission, unless ``unconfined`` (one's own notebook:
@@ -64,11 +64,13 @@ def check_notebook(path: Path, timeout: float = 120.0, *, unconfined: bool = Fal
         line = report.get(index)
         if line is None:
             why = "timed out" if finished.timed_out else "the notebook stopped before it"
-            outcomes.append(TestOutcome(grade_id, 0.0, max_points, False, f"did not run: {why}"))
+            outcomes.append(
+                TestResult(path.stem, grade_id, 0.0, max_points, TestStatus.NOT_RUN, f"did not run: {why}")
+            )
             continue
         status, message = cell_outcome(line.outputs)
-        passed = status is TestStatus.PASSED
-        outcomes.append(TestOutcome(grade_id, max_points if passed else 0.0, max_points, passed, message))
+        points = max_points if status is TestStatus.PASSED else 0.0
+        outcomes.append(TestResult(path.stem, grade_id, points, max_points, status, message))
     return outcomes
 
 

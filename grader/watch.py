@@ -52,17 +52,19 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from attention_learner.cell_rules import Status
 from grader import inbound
 from grader.autograde import permissions, reports
 from grader.autograde.executor import Executor
 from grader.autograde.feedback import TIMESTAMP, release_feedback, release_page
 from grader.autograde.folder_walk import SUBMISSION_LIMITS, walk_folder
 from grader.autograde.pipeline import GradeOptions
-from grader.autograde.reports import feedback_html, write_atomically
+from grader.autograde.reports import waiting_html, write_atomically
+from grader.autograde.results import SubmissionResult, read_result
 from grader.autograde.session import GradingSession
 from grader.autograde.submissions import student_id_problem
 from grader.course_cli import exchange_course
@@ -262,15 +264,7 @@ class Watcher:
             f"will be graded after {until} (or your newest submission then, if you submit again). "
             "Until then, fetch_feedback shows this note."
         )
-        page = feedback_html(
-            {
-                "student_id": arrival.student,
-                "assignment": arrival.assignment,
-                "status": "waiting",
-                "tests": [],
-            },
-            queued=message,
-        )
+        page = waiting_html(arrival.student, arrival.assignment, message)
         for notebook in notebooks:
             release_page(self.exchange_course, secret, notebook, page)
 
@@ -368,29 +362,19 @@ def _keep_flags(out: Path, arrival: Arrival, flags: list[str], *, refused: str =
     everything else; with ``refused`` and no results.json yet, write an ``invalid`` one that
     says why nothing was graded."""
     path = out / arrival.student / arrival.assignment / "results.json"
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    result = read_result(path)
+    if result is None:
         if not refused:
             return
-        result = {
-            "student_id": arrival.student,
-            "assignment": arrival.assignment,
-            "score": 0.0,
-            "max_score": 0.0,
-            "status": "invalid",
-            "message": refused,
-            "flags": [],
-            "notes": [],
-            "tests": [],
-            "fingerprint": "",
-        }
+        result = SubmissionResult(arrival.student, arrival.assignment, "", "", Status.INVALID, refused)
         permissions.make_folders(path.parent)
     else:
+        # read back, its texts are the printable ones: the folders' names stay the raw ones
+        result = replace(result, student_id=arrival.student, assignment=arrival.assignment)
         if refused:  # the student's own grade: only the flag is added
             flags = [refused]
-    result["flags"] = list(result.get("flags", [])) + [f for f in flags if f not in result.get("flags", [])]
-    write_atomically(path, json.dumps(result, indent=1))
+    result.flags += [f for f in flags if f not in result.flags]
+    reports.write_results_json(out, result)
 
 
 def _mtime(path: Path) -> int | None:
@@ -401,11 +385,10 @@ def _mtime(path: Path) -> int | None:
 
 
 def _outcome(out: Path, arrival: Arrival) -> str:
-    try:
-        result = json.loads((out / arrival.student / arrival.assignment / "results.json").read_text())
-    except (OSError, ValueError):
+    result = read_result(out / arrival.student / arrival.assignment / "results.json")
+    if result is None:
         return "no result"
-    return f"{result.get('status')} {result.get('score')}/{result.get('max_score')}"
+    return f"{result.status} {result.score}/{result.max_score}"
 
 
 def log(line: str) -> None:

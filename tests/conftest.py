@@ -11,6 +11,10 @@ temporary folder, so it starts from nothing, as CI's does, and leaves the develo
 ``_build`` alone. Setting ``ATTENTION_BOOK_HTML`` to an existing ``_build/html`` folder skips
 the build (for iterating on the tests themselves); the zero-warning check then does not run.
 
+Every results.json that the run's gradings write under its temporary folders must read back
+as written (``SubmissionResult.from_json`` then ``to_json``, byte for byte): checked once the
+session ends (``_every_results_json_reads_back``, ``tests/results_roundtrip.py``).
+
 A run that skipped tests for a missing Debian package (Chromium, PostgreSQL) ends with one line
 per group saying what to install (``pytest_terminal_summary`` below, ``tests/system_packages.py``).
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.results_roundtrip import round_trip_problems
 from tests.system_packages import summary_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +104,19 @@ def built_book(tmp_path_factory) -> Path:
     assert (html_dir / "index.html").exists(), f"no index.html in {html_dir}"
     print(f"book built in {elapsed:.1f} s")
     return html_dir
+
+
+# ---------------------------------------------------------------- results.json reads back
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _every_results_json_reads_back(tmp_path_factory):
+    """After the last test: every results.json the run's gradings wrote under its temporary
+    folders (in this process or a ``python -m grader`` child) reads back as written. A failure
+    is an error at the teardown of the session's last test."""
+    yield
+    _, problems = round_trip_problems(tmp_path_factory.getbasetemp())
+    assert not problems, "results.json that do not read back as written:\n" + "\n".join(problems[:20])
 
 
 # ---------------------------------------------------------------- Hypothesis profiles

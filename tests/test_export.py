@@ -16,40 +16,20 @@ from pathlib import Path
 
 import pytest
 
+from attention_learner.cell_rules import TestStatus
 from grader.autograde.reports import write_grades_csv, write_results
+from grader.autograde.results import SubmissionResult, TestResult
 from grader.export import ExportError, export
 
 A, B = "03_scaled_dot_product", "04_multi_head"
 
 
-def _result(student: str, assignment: str, points: list[float], penalty: float = 0.0) -> dict:
+def _result(student: str, assignment: str, points: list[float], penalty: float = 0.0) -> SubmissionResult:
     tests = [
-        {
-            "notebook": assignment,
-            "grade_id": f"test_{i}",
-            "exercise": str(i),
-            "points": p,
-            "max_points": 2.0,
-            "status": "passed" if p else "failed",
-            "message": "",
-        }
+        TestResult(assignment, f"test_{i}", float(p), 2.0, TestStatus.PASSED if p else TestStatus.FAILED)
         for i, p in enumerate(points)
     ]
-    raw = sum(points)
-    return {
-        "student_id": student,
-        "assignment": assignment,
-        "score": max(0.0, raw - penalty),
-        "raw_score": raw,
-        "max_score": 2.0 * len(points),
-        "status": "graded",
-        "flags": [],
-        "notes": [],
-        "penalty": penalty,
-        "timestamp": None,
-        "late_by_seconds": None,
-        "tests": tests,
-    }
+    return SubmissionResult(student, assignment, "", "", penalty=penalty, tests=tests)
 
 
 @pytest.fixture

@@ -10,47 +10,28 @@ from __future__ import annotations
 
 import csv
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from nbgrader.api import Gradebook
 
+from attention_learner.cell_rules import TestStatus
 from grader.autograde.nbgrader_adapters import alembic_head_in_process
 from grader.autograde.reports import write_grades_csv, write_results
+from grader.autograde.results import SubmissionResult, TestResult
 from grader.export import FORMATS, export
 
 A = "03_scaled_dot_product"
 POINTS = {"ann": [2.0, 2.0], "bob": [2.0, 0.0]}  # test_0, test_1, out of 2 each
 
 
-def _result(student: str) -> dict:
+def _result(student: str) -> SubmissionResult:
     tests = [
-        {
-            "notebook": A,
-            "grade_id": f"test_{i}",
-            "exercise": str(i),
-            "points": p,
-            "max_points": 2.0,
-            "status": "passed" if p else "failed",
-            "message": "",
-        }
+        TestResult(A, f"test_{i}", p, 2.0, TestStatus.PASSED if p else TestStatus.FAILED)
         for i, p in enumerate(POINTS[student])
     ]
-    raw = sum(POINTS[student])
-    return {
-        "student_id": student,
-        "assignment": A,
-        "score": raw,
-        "raw_score": raw,
-        "max_score": 4.0,
-        "status": "graded",
-        "flags": [],
-        "notes": [],
-        "penalty": 0.0,
-        "timestamp": None,
-        "late_by_seconds": None,
-        "tests": tests,
-    }
+    return SubmissionResult(student, A, "", "", tests=tests)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +126,7 @@ def test_the_gradebook_penalty_is_taken(out, tmp_path):
 
 
 def test_results_without_a_gradebook_entry_are_named(out, tmp_path):
-    extra = {**_result("ann"), "student_id": "cleo"}
+    extra = replace(_result("ann"), student_id="cleo")
     write_results(out, extra)
     write_grades_csv(out, [_result("ann"), _result("bob"), extra])
     gradebook = _open(out)

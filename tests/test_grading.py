@@ -19,6 +19,7 @@ import pytest
 
 from grader.paths import SOLUTIONS
 from tests.notebook_runner import grade_id, learner_notebook, solved_notebook, source_notebook, with_cell
+from tests.results_roundtrip import round_trip_problems
 from tests.security.grade_as import autograde_command
 
 pytestmark = [pytest.mark.grading, pytest.mark.ch03, pytest.mark.xdist_group("grading")]
@@ -154,6 +155,16 @@ def test_the_parent_computes_no_reference_answer(graded):
     phases = graded["phases"]
     assert phases["judge_pool.jobs"]["count"] >= 20  # a job per graded notebook
     assert phases["parent.references_computed"]["count"] == 0
+
+
+def test_every_results_json_reads_back_as_written(graded):
+    """The class's every results.json, read through ``SubmissionResult.from_json`` and written
+    again with ``to_json``, is the file byte for byte (the one reader and the one writer agree;
+    conftest's session hook checks every other grading of the run the same way)."""
+    written = sorted(graded["out"].glob("*/*/results.json"))
+    checked, problems = round_trip_problems(graded["out"])
+    assert checked == len(written) >= 10
+    assert problems == []
 
 
 def result(graded, student) -> dict:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from attention_learner.cell_rules import Status, TestStatus
 from grader.autograde import reports
+from grader.autograde.results import SubmissionResult, TestResult
 
 pytestmark = [pytest.mark.grading, pytest.mark.security]
 
@@ -18,25 +20,10 @@ GRADER = Path(reports.__file__).resolve().parents[1]
 FORMULAS = ['=HYPERLINK("http://x")', "+1", "-1", "@SUM(A1)", "\tTAB", "\rCR"]
 
 
-def _result(student: str, score: float, grade_id: str = "test_a") -> dict:
-    return {
-        "student_id": student,
-        "assignment": "a1",
-        "score": score,
-        "max_score": 2.0,
-        "status": "graded",
-        "tests": [
-            {
-                "notebook": "a1",
-                "grade_id": grade_id,
-                "exercise": "a",
-                "points": score,
-                "max_points": 2.0,
-                "status": "passed",
-                "message": "",
-            }
-        ],
-    }
+def _result(student: str, points: float, grade_id: str = "test_a") -> SubmissionResult:
+    return SubmissionResult(
+        student, "a1", "", "", tests=[TestResult("a1", grade_id, points, 2.0, TestStatus.PASSED)]
+    )
 
 
 def _rows(path: Path, **options) -> list[list]:
@@ -56,12 +43,13 @@ def test_student_ids_that_look_like_formulas_come_out_as_text(tmp_path):
 
 def test_scores_stay_numbers_a_negative_one_included(tmp_path):
     """Only text is neutralised: the grader's numbers are written bare, so a spreadsheet (and
-    csv with QUOTE_NONNUMERIC) reads them as numbers, -1.5 as well."""
+    csv with QUOTE_NONNUMERIC) reads them as numbers, -1.5 as well (a test's points; a score
+    is never below 0)."""
     path = reports.write_grades_csv(tmp_path, [_result("-1", -1.5), _result("bob", 2.0)])
     header, *rows = _rows(path, quoting=csv.QUOTE_NONNUMERIC)
     assert header[:6] == ["student_id", "assignment", "score", "max_score", "status", "test_a"]
     assert [row[:6] for row in rows] == [
-        ["'-1", "a1", -1.5, 2.0, "graded", -1.5],
+        ["'-1", "a1", 0, 2.0, "graded", -1.5],
         ["bob", "a1", 2.0, 2.0, "graded", 2.0],
     ]
 
@@ -73,15 +61,11 @@ def test_a_column_named_like_a_formula_is_text_too(tmp_path):
 
 def test_names_that_are_not_utf8_are_escaped_in_grades_csv_and_results(tmp_path):
     student = b"\xff\xfebob".decode("utf-8", "surrogateescape")
-    extra = {**_result(student, 0.0), "status": "invalid", "tests": []}
+    extra = SubmissionResult(student, "a1", "", "", Status.INVALID)
     path = reports.write_grades_csv(tmp_path, [], [extra])
     assert _rows(path)[1][0] == r"\xff\xfebob"
-    result = {
-        **_result("bob", 1.0),
-        "message": "",
-        "flags": [],
-        "notes": ["not copied: " + b"huge\xff.bin".decode("utf-8", "surrogateescape")],
-    }
+    result = _result("bob", 1.0)
+    result.notes = ["not copied: " + b"huge\xff.bin".decode("utf-8", "surrogateescape")]
     written = reports.write_results(tmp_path, result)
     assert json.loads(written.read_text(encoding="utf-8"))["notes"] == [r"not copied: huge\xff.bin"]
     assert r"huge\xff.bin" in (written.parent / "feedback.html").read_text(encoding="utf-8")

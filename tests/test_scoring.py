@@ -17,7 +17,8 @@ from grader.autograde.child_report import CellReport, Record
 from grader.autograde.executor import Finished
 from grader.autograde.fork_protocol import ChildJob
 from grader.autograde.judging import ExpectedCheck
-from grader.autograde.results import ChildExit, SubmissionResult, Summary, TestResult, unchanged
+from grader.autograde.reports import write_results_json
+from grader.autograde.results import ChildExit, SubmissionResult, Summary, TestResult, read_result, unchanged
 from grader.autograde.scoring import run_outcome, score_notebook, zero_tests
 from grader.autograde.scoring import test_verdict as verdict_of
 from grader.exercises import get_exercise
@@ -146,12 +147,13 @@ def test_results_are_written_and_read_back_as_the_same_record(tmp_path):
         flags=["review: x"],
         tests=[TestResult("nb", "test_softmax_jacobian", 2.0, 2.0, TestStatus.PASSED)],
     )
-    text = json.dumps(result.to_json())
-    back = SubmissionResult.from_json(json.loads(text))
+    path = write_results_json(tmp_path, result)  # the one writer
+    assert path == tmp_path / "ada" / "03_scaled_dot_product" / "results.json"
+    back = read_result(path)  # the one reader
     assert back == result and back.score == 2.0 and back.tests[0].exercise == "softmax_jacobian"
-    (tmp_path / "results.json").write_text(text)
-    assert unchanged(tmp_path / "results.json", "f" * 8)
-    assert not unchanged(tmp_path / "results.json", "g" * 8)
+    assert json.loads(path.read_text())["tests"][0]["exercise"] == "softmax_jacobian"
+    assert unchanged(path, "f" * 8)
+    assert not unchanged(path, "g" * 8)
     assert not unchanged(tmp_path / "missing.json", "f" * 8)
 
 
@@ -162,6 +164,10 @@ def test_summary_counts_each_status_and_failed_test():
     summary.count(SubmissionResult("b", "x", "", "", status=Status.TIMEOUT))
     assert (summary.graded, summary.timeouts, summary.failed_tests) == (1, 1, 1)
     assert summary.line().startswith("1 graded, 0 unchanged")
+    kept = SubmissionResult("c", "x", "", "", status=Status.INVALID)  # a row graded by an earlier run
+    summary.tally([SubmissionResult("a", "x", "", "", tests=[failing, failing]), kept])
+    assert (summary.rows, summary.invalid, summary.timeouts, summary.failed_tests) == (2, 1, 0, 2)
+    assert "grades.csv: 2 rows, 1 graded, 0 timeouts, 0 crashes, 1 invalid, 2 failed tests" in summary.line()
 
 
 def test_a_missing_notebook_scores_zero_on_every_graded_cell():

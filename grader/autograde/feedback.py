@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from grader.autograde import permissions, safe_open
-from grader.autograde.reports import feedback_html, printable_tree, write_atomically
+from grader.autograde.reports import feedback_html, printable_result, write_atomically
+from grader.autograde.results import SubmissionResult
 from grader.autograde.submissions import Submission
 
 TIMESTAMP, SECRET = "timestamp.txt", "submission_secret.txt"
@@ -31,7 +31,7 @@ def feedback_folder(out: Path, student: str, assignment: str) -> Path:
     return out / "feedback" / student / assignment
 
 
-def write_course_feedback(out: Path, result: dict[str, Any], sub: Submission) -> list[Path]:
+def write_course_feedback(out: Path, result: SubmissionResult, sub: Submission) -> list[Path]:
     """The submission's pages and course files under OUT/feedback (and the files under
     OUT/autograded); pages of notebooks no longer handed in are removed.
 
@@ -52,18 +52,18 @@ def write_course_feedback(out: Path, result: dict[str, Any], sub: Submission) ->
             (folder / name).unlink(missing_ok=True)
         return []
     permissions.make_folders(folder)
-    shown = printable_tree(result)
+    shown = printable_result(result)
     written = []
     for stem, notebook in pages.items():
-        tests = [t for t in shown.get("tests", []) if not notebook or t.get("notebook") == notebook]
-        page = feedback_html(dict(shown, tests=tests), notebook=f"{stem}.ipynb" if len(pages) > 1 else "")
+        tests = [t for t in shown.tests if not notebook or t.notebook == notebook]
+        page = feedback_html(shown, notebook=f"{stem}.ipynb" if len(pages) > 1 else "", tests=tests)
         write_atomically(folder / f"{stem}.html", page)
         written.append(folder / f"{stem}.html")
     copy_course_files(sub, folder)
     return written
 
 
-def _pages(sub: Submission, result: dict[str, Any]) -> dict[str, str]:
+def _pages(sub: Submission, result: SubmissionResult) -> dict[str, str]:
     """Page name (a handed-in notebook's stem) -> the source notebook it stands for ("" for
     a notebook that stands for none: its page shows the whole result)."""
     pages = {path.stem: name for name, path in sub.notebooks.items()}
@@ -71,7 +71,7 @@ def _pages(sub: Submission, result: dict[str, Any]) -> dict[str, str]:
         if len(file.relative.parts) == 1 and file.relative.suffix == ".ipynb":
             pages.setdefault(file.relative.stem, "")
     if not pages:  # nothing handed in: one page per source notebook the result names
-        pages = {t["notebook"]: t["notebook"] for t in result.get("tests", [])} or {result["assignment"]: ""}
+        pages = {t.notebook: t.notebook for t in result.tests} or {result.assignment: ""}
     return pages
 
 

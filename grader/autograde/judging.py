@@ -128,6 +128,16 @@ def judge_arrays(
     return message
 
 
+@dataclass
+class CaseEntry:
+    """One case's answers in :class:`CaseAnswers`: its inputs, its reference outputs and
+    (None until a failing output needs them) its classic bugs' ``(description, outputs)``."""
+
+    inputs: Inputs
+    expected: Arrays
+    bugs: list[tuple[str, Arrays]] | None = None
+
+
 class CaseAnswers:
     """What verdicts compare with, computed once per case and kept for one run: a case's
     inputs, its reference outputs and, only once a failing output needs them, its classic
@@ -142,8 +152,7 @@ class CaseAnswers:
     MAX_CASES = 4096
 
     def __init__(self, pool: JudgePool | None = None) -> None:
-        # (exercise, case key) -> [inputs, expected outputs, classic bugs' outputs or None]
-        self._cases: dict[tuple[str, str], list[Any]] = {}
+        self._cases: dict[tuple[str, str], CaseEntry] = {}  # (exercise, case key) -> its answers
         self.pool = pool  # with one, bug outputs are computed there (``judge_pool``)
         self.computed = 0  # reference computations made in this process (0 with a pool's answers)
 
@@ -153,9 +162,9 @@ class CaseAnswers:
             if len(self._cases) >= self.MAX_CASES:
                 self._cases.clear()
             _read_only(inputs, expected)
-            self._cases[key] = [inputs, expected, None]
+            self._cases[key] = CaseEntry(inputs, expected)
 
-    def _entry(self, spec: Exercise, seed: int, params: dict[str, Any]) -> list[Any]:
+    def _entry(self, spec: Exercise, seed: int, params: dict[str, Any]) -> CaseEntry:
         key = (spec.name, case_key(seed, params))
         if key not in self._cases:
             if len(self._cases) >= self.MAX_CASES:
@@ -164,25 +173,25 @@ class CaseAnswers:
             inputs = spec.make_inputs(np.random.default_rng(seed), **params)
             expected = spec.expected(inputs)
             _read_only(inputs, expected)
-            self._cases[key] = [inputs, expected, None]
+            self._cases[key] = CaseEntry(inputs, expected)
         return self._cases[key]
 
     def expected(self, spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Arrays]:
         """The case's inputs and reference outputs."""
-        inputs, expected, _ = self._entry(spec, seed, params)
-        return inputs, expected
+        entry = self._entry(spec, seed, params)
+        return entry.inputs, entry.expected
 
     def with_bugs(self, spec: Exercise, seed: int, params: dict[str, Any]) -> tuple[Inputs, Shipped]:
         """The case's inputs, reference outputs and classic bugs' outputs."""
         entry = self._entry(spec, seed, params)
-        if entry[2] is None:
-            entry[2] = (
-                spec.bug_outputs(entry[0])
+        if entry.bugs is None:
+            entry.bugs = (
+                spec.bug_outputs(entry.inputs)
                 if self.pool is None
                 else self.pool.bug_outputs((spec.name, seed, params))
             )
-            _read_only(*(outputs for _, outputs in entry[2]))
-        return entry[0], Shipped(entry[1], entry[2])
+            _read_only(*(outputs for _, outputs in entry.bugs))
+        return entry.inputs, Shipped(entry.expected, entry.bugs)
 
 
 def _read_only(*groups: dict[str, Any]) -> None:

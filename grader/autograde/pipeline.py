@@ -248,9 +248,9 @@ def _finish_safely(
         result.attempts = timeout_attempts(previous, result.fingerprint) + 1
     summary.count(result)
     with phases.phase("write.feedback"):
-        write_course_feedback(run.out, result.to_json(), sub)  # nbgrader's layout, for its tools
+        write_course_feedback(run.out, result, sub)  # nbgrader's layout, for its tools
     with phases.phase("write.results"):
-        reports.write_results(run.out, result.to_json())  # last: it marks the submission as done
+        reports.write_results(run.out, result)  # last: it marks the submission as done
 
 
 def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[NotebookJob]) -> None:

@@ -1,5 +1,9 @@
 """What an autograde run leaves behind: results.json, feedback.html, grades.csv.
 
+Everything here takes the typed results (:class:`~grader.autograde.results.SubmissionResult`);
+results.json is the one place they become JSON (:func:`write_results_json`), and
+:func:`read_results` reads them back (``results.read_result``, ``SubmissionResult.from_json``).
+
 Two rules hold for everything written here. Text that came from outside (student ids, file
 names, messages) may hold names that were not UTF-8 (surrogate escapes): they are written
 escaped, one byte as ``\\xNN`` (:func:`printable`), so no writer can fail on them. Every CSV
@@ -14,12 +18,14 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from grader.autograde import permissions
+from grader.autograde.results import SubmissionResult, TestResult, read_result
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # OWASP's list: a spreadsheet reads a cell that begins with one of these as a formula
@@ -49,6 +55,34 @@ def printable_tree(value: Any) -> Any:
     return value
 
 
+def printable_result(result: SubmissionResult) -> SubmissionResult:
+    """``result`` with every text :func:`printable` (what the feedback pages show)."""
+
+    def maybe(text: str | None) -> str | None:
+        return None if text is None else printable(text)
+
+    tests = [
+        replace(
+            t, notebook=printable(t.notebook), grade_id=printable(t.grade_id), message=printable(t.message)
+        )
+        for t in result.tests
+    ]
+    return replace(
+        result,
+        student_id=printable(result.student_id),
+        assignment=printable(result.assignment),
+        fingerprint=printable(result.fingerprint),
+        isolation=printable(result.isolation),
+        message=printable(result.message),
+        flags=[printable(f) for f in result.flags],
+        notes=[printable(n) for n in result.notes],
+        tests=tests,
+        timestamp=maybe(result.timestamp),
+        arrived_at=maybe(result.arrived_at),
+        claimed_at=maybe(result.claimed_at),
+    )
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new, never half.
 
@@ -62,22 +96,32 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_results(out: Path, result: dict[str, Any]) -> Path:
-    folder = out / result["student_id"] / result["assignment"]
-    result = printable_tree(result)
-    write_atomically(folder / "feedback.html", feedback_html(result))
-    path = folder / "results.json"
-    write_atomically(path, json.dumps(result, indent=1))  # last: it marks the job as done
+def results_path(out: Path, result: SubmissionResult) -> Path:
+    """OUT/<student>/<assignment>/results.json (the raw names: the folders')."""
+    return out / result.student_id / result.assignment / "results.json"
+
+
+def write_results(out: Path, result: SubmissionResult) -> Path:
+    """The submission's feedback.html, then its results.json (last: it marks the job as done)."""
+    path = results_path(out, result)
+    write_atomically(path.parent / "feedback.html", feedback_html(printable_result(result)))
+    return write_results_json(out, result)
+
+
+def write_results_json(out: Path, result: SubmissionResult) -> Path:
+    """results.json, the one place a result becomes JSON (every text :func:`printable`)."""
+    path = results_path(out, result)
+    write_atomically(path, json.dumps(printable_tree(result.to_json()), indent=1))
     return path
 
 
-def read_results(out: Path) -> list[dict[str, Any]]:
+def read_results(out: Path) -> list[SubmissionResult]:
+    """Every OUT/<student>/<assignment>/results.json that reads back as a result, by path."""
     results = []
     for path in sorted(out.glob("*/*/results.json")):
-        try:
-            results.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue
+        result = read_result(path)
+        if result is not None:
+            results.append(result)
     return results
 
 
@@ -85,7 +129,9 @@ def read_results(out: Path) -> list[dict[str, Any]]:
 DEADLINE_COLUMNS = ["timestamp", "late_by_seconds", "penalty"]
 
 
-def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[dict[str, Any]] = ()) -> Path:
+def write_grades_csv(
+    out: Path, results: Sequence[SubmissionResult], extra_rows: Sequence[SubmissionResult] = ()
+) -> Path:
     """One row per student and assignment: student_id, assignment, score, max_score, status,
     one column per test grade id, timestamp, late_by_seconds, penalty, then the result's
     flags (joined by "; "), quoted for Excel/LMS.
@@ -95,29 +141,29 @@ def write_grades_csv(out: Path, results: list[dict[str, Any]], extra_rows: list[
     results = [*results, *extra_rows]
     test_ids: list[str] = []
     for result in results:
-        for test in result.get("tests", []):
-            column = _column(test, result["assignment"])
+        for test in result.tests:
+            column = grade_column(test, result.assignment)
             if column not in test_ids:
                 test_ids.append(column)
-    rows = []
-    for result in sorted(results, key=lambda r: (str(r["assignment"]), str(r["student_id"]))):
-        points = {_column(t, result["assignment"]): t["points"] for t in result.get("tests", [])}
-        late = result.get("late_by_seconds")
+    rows: list[list[Any]] = []
+    for result in sorted(results, key=lambda r: (r.assignment, r.student_id)):
+        points = {grade_column(t, result.assignment): t.points for t in result.tests}
+        late = result.late_by_seconds
         rows.append(
             [
-                result["student_id"],
-                result["assignment"],
-                _number(result["score"]),
-                _number(result["max_score"]),
-                result["status"],
+                result.student_id,
+                result.assignment,
+                _number(result.score),
+                _number(result.max_score),
+                str(result.status),
             ]
             + [_number(points[c]) if c in points else "" for c in test_ids]
             + [
-                result.get("timestamp") or "",
+                result.timestamp or "",
                 "" if late is None else _number(late),
-                _number(result.get("penalty") or 0),
+                _number(result.penalty or 0),
             ]
-            + ["; ".join(result.get("flags", []))]
+            + ["; ".join(result.flags)]
         )
     # flags last (delegation, review, weak isolation), so that the test columns stay in place
     header = [
@@ -160,11 +206,12 @@ def write_csv(path: Path, header: list[Any], rows: Iterable[list[Any]]) -> None:
     write_atomically(path, text.getvalue())
 
 
-def _column(test: dict[str, Any], assignment: str) -> str:
-    """The grade id, prefixed by its notebook unless that is the assignment's own notebook."""
-    if test["notebook"] == assignment:
-        return test["grade_id"]
-    return f"{test['notebook']}:{test['grade_id']}"
+def grade_column(test: TestResult, assignment: str) -> str:
+    """A test's column label (grades.csv, the export's wide format): the grade id, prefixed
+    by its notebook unless that is the assignment's own notebook."""
+    if test.notebook == assignment:
+        return test.grade_id
+    return f"{test.notebook}:{test.grade_id}"
 
 
 def _number(value: float) -> float | int:
@@ -191,14 +238,33 @@ def _feedback_template() -> Any:
     return environment.get_template("feedback.html.j2")
 
 
-def feedback_html(result: dict[str, Any], notebook: str = "", queued: str = "") -> str:
+def feedback_html(
+    result: SubmissionResult, notebook: str = "", queued: str = "", tests: Sequence[TestResult] | None = None
+) -> str:
     """A self-contained page the learner can read: score, lateness, notes, one row per test.
 
-    ``notebook``: the page of one notebook (its tests only); ``queued``: a newer submission
-    waits to be graded, and why (``grader.watch``)."""
+    ``result`` is shown as it is (give it :func:`printable_result`). ``notebook``: the page
+    of one notebook, whose ``tests`` are shown (the score stays the whole result's);
+    ``queued``: a newer submission waits to be graded, and why (:func:`waiting_html`)."""
     from grader.deadlines import describe_lateness
 
-    late = describe_lateness(result.get("late_by_seconds"))
-    return _feedback_template().render(
-        result=result, colours=STATUS_COLOURS, number=_number, notebook=notebook, queued=queued, late=late
+    late = describe_lateness(result.late_by_seconds)
+    return str(
+        _feedback_template().render(
+            result=result,
+            status="waiting" if queued else str(result.status),
+            tests=result.tests if tests is None else tests,
+            colours=STATUS_COLOURS,
+            number=_number,
+            notebook=notebook,
+            queued=queued,
+            late=late,
+        )
     )
+
+
+def waiting_html(student: str, assignment: str, message: str) -> str:
+    """The page of a submission that waits to be graded (``grader.watch``): ``message`` says
+    why and until when."""
+    waiting = SubmissionResult(student, assignment, fingerprint="", isolation="")
+    return feedback_html(printable_result(waiting), queued=message)

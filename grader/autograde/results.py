@@ -1,6 +1,8 @@
 """The typed results of a grading run: one test, one submission, the run's summary, and how
-a grading child can end. ``autograde``, the reports and the tests share these records;
-``SubmissionResult.to_json`` writes results.json and ``from_json`` reads it back.
+a grading child can end. ``autograde``, the reports, feedback, the export, the watcher and
+the tests share these records; JSON is made only where results.json is written
+(``SubmissionResult.to_json``, in ``reports``) and read back only through
+:func:`read_result` (``SubmissionResult.from_json``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from attention_learner.cell_rules import Status, TestStatus, exercise_of
+from attention_learner.cell_rules import Status, TestResult, TestStatus
 
 __all__ = [
     "ChildExit",
@@ -19,6 +21,7 @@ __all__ = [
     "SubmissionResult",
     "Summary",
     "TestResult",
+    "read_result",
     "timeout_attempts",
     "unchanged",
 ]
@@ -49,44 +52,6 @@ class ChildExit(IntEnum):
             cls.CHILD_NOT_STARTED: "the grading sandbox could not start this notebook",
         }
         return said.get(code)
-
-
-@dataclass
-class TestResult:
-    __test__ = False  # not a pytest test class
-
-    notebook: str
-    grade_id: str
-    points: float
-    max_points: float
-    status: TestStatus
-    message: str = ""
-
-    @property
-    def exercise(self) -> str:
-        return exercise_of(self.grade_id)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "notebook": self.notebook,
-            "grade_id": self.grade_id,
-            "exercise": self.exercise,
-            "points": self.points,
-            "max_points": self.max_points,
-            "status": str(self.status),
-            "message": self.message,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TestResult:
-        return cls(
-            str(data["notebook"]),
-            str(data["grade_id"]),
-            float(data["points"]),
-            float(data["max_points"]),
-            TestStatus(data["status"]),
-            str(data.get("message", "")),
-        )
 
 
 @dataclass
@@ -153,20 +118,34 @@ class SubmissionResult:
             str(data.get("isolation", "")),
             Status(data["status"]),
             str(data.get("message", "")),
-            list(data.get("flags", [])),
-            list(data.get("notes", [])),
+            [str(flag) for flag in data.get("flags", [])],
+            [str(note) for note in data.get("notes", [])],
             [TestResult.from_json(t) for t in data.get("tests", [])],
-            data.get("timestamp"),
+            _text_or_none(data.get("timestamp")),
             _number_or_none(data.get("late_by_seconds")),
             float(data.get("penalty") or 0.0),
             int(data.get("attempts") or 1),
-            data.get("arrived_at"),
-            data.get("claimed_at"),
+            _text_or_none(data.get("arrived_at")),
+            _text_or_none(data.get("claimed_at")),
         )
 
 
 def _number_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def read_result(path: Path) -> SubmissionResult | None:
+    """The results.json at ``path`` read back, or None when there is none or it cannot be
+    read as one: the one reader of the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return SubmissionResult.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 FAILING = (TestStatus.FAILED, TestStatus.ERROR, TestStatus.TIMEOUT, TestStatus.NOT_RUN)
@@ -214,17 +193,17 @@ class Summary:
         setattr(self, attribute, getattr(self, attribute) + 1)
         self.failed_tests += sum(t.status in FAILING for t in result.tests)
 
-    def tally(self, rows: list[dict[str, Any]]) -> None:
-        """Count the rows written to grades.csv (results.json records): every status and
-        failed test in the file, whether graded now or kept."""
+    def tally(self, rows: list[SubmissionResult]) -> None:
+        """Count the rows written to grades.csv (one result each): every status and failed
+        test in the file, whether graded now or kept."""
         self.rows = len(rows)
         self.statuses = {}
         for row in rows:
-            self.statuses[str(row.get("status"))] = self.statuses.get(str(row.get("status")), 0) + 1
+            self.statuses[str(row.status)] = self.statuses.get(str(row.status), 0) + 1
         self.timeouts = self.statuses.get(str(Status.TIMEOUT), 0)
         self.crashes = self.statuses.get(str(Status.CRASHED), 0)
         self.invalid = self.statuses.get(str(Status.INVALID), 0)
-        self.failed_tests = sum(str(t.get("status")) in FAILING for row in rows for t in row.get("tests", []))
+        self.failed_tests = sum(t.status in FAILING for row in rows for t in row.tests)
 
 
 TIMEOUT_ATTEMPTS = 2  # a timeout is graded again once; after that it is kept like a grade
@@ -234,23 +213,17 @@ def unchanged(previous: Path, fingerprint: str, retry_timeouts: bool = False) ->
     """Kept only when graded (or invalid) from the very same files, source and grader code,
     or when these very files timed out twice in a row (unless ``retry_timeouts``); a crash
     is always graded again."""
-    try:
-        data = json.loads(previous.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    result = read_result(previous)
+    if result is None or result.fingerprint != fingerprint:
         return False
-    if data.get("fingerprint") != fingerprint:
-        return False
-    if data.get("status") == Status.TIMEOUT:
-        return not retry_timeouts and int(data.get("attempts") or 1) >= TIMEOUT_ATTEMPTS
-    return data.get("status") in (Status.GRADED, Status.INVALID)
+    if result.status is Status.TIMEOUT:
+        return not retry_timeouts and result.attempts >= TIMEOUT_ATTEMPTS
+    return result.status in (Status.GRADED, Status.INVALID)
 
 
 def timeout_attempts(previous: Path, fingerprint: str) -> int:
     """How many gradings in a row of these very files timed out, before this one."""
-    try:
-        data = json.loads(previous.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    result = read_result(previous)
+    if result is None or result.fingerprint != fingerprint or result.status is not Status.TIMEOUT:
         return 0
-    if data.get("fingerprint") != fingerprint or data.get("status") != Status.TIMEOUT:
-        return 0
-    return int(data.get("attempts") or 1)
+    return result.attempts

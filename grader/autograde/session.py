@@ -15,7 +15,6 @@ import shutil
 import warnings
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 from attention_learner.cell_rules import Status
 from grader.autograde import course_dir, permissions, phases, reports, solution_cache
@@ -24,7 +23,7 @@ from grader.autograde.fork_protocol import Limits
 from grader.autograde.gradebook import open_gradebook
 from grader.autograde.interrupts import Interrupts
 from grader.autograde.pipeline import GradeOptions, Run, _finish_safely, _prepare_safely
-from grader.autograde.results import Summary, unchanged
+from grader.autograde.results import SubmissionResult, Summary, unchanged
 from grader.autograde.scheduling import JobStream, grade_all
 from grader.autograde.sources import solution_run
 from grader.autograde.submissions import Submission, find_submissions
@@ -172,7 +171,7 @@ class GradingSession:
                 todo.append((sub, fingerprint))
         return todo
 
-    def _write_grades(self, results: list[dict[str, Any]], submissions: list[Submission],
+    def _write_grades(self, results: list[SubmissionResult], submissions: list[Submission],
                       summary: Summary | None) -> None:  # fmt: skip
         unsafe = [_invalid_id_row(s) for s in submissions if s.unsafe_id]
         with phases.phase("write.grades_csv"):
@@ -182,7 +181,7 @@ class GradingSession:
 
     def add(
         self, submitted: Path, problems: dict[tuple[str, str], str] | None = None
-    ) -> dict[str, list[Any]]:
+    ) -> dict[str, list[Submission]]:
         """Queue the submissions under ``submitted`` (a watcher's copy of one arrival) to be
         graded beside whatever runs already (``collect`` hands them back as they end).
 
@@ -198,7 +197,7 @@ class GradingSession:
                                                                               self._summary))  # fmt: skip
         submissions = self._found(submitted, problems)
         todo = self._changed(submissions, Summary())
-        sorted_out: dict[str, list[Any]] = {"queued": [], "done": [], "unchanged": []}
+        sorted_out: dict[str, list[Submission]] = {"queued": [], "done": [], "unchanged": []}
         for sub in submissions:
             if sub.unsafe_id or all(sub is not t for t, _ in todo):
                 sorted_out["done" if sub.unsafe_id else "unchanged"].append(sub)
@@ -224,21 +223,14 @@ class GradingSession:
         return self._stream is not None and not self._stream.idle
 
 
-def _invalid_id_row(sub: Submission) -> dict[str, Any]:
-    return {
-        "student_id": sub.student,
-        "assignment": sub.assignment,
-        "score": 0.0,
-        "max_score": 0.0,
-        "status": str(Status.INVALID),
-        "message": sub.problem,
-        "tests": [],
-    }
+def _invalid_id_row(sub: Submission) -> SubmissionResult:
+    """grades.csv's row for a submission no folder of OUT may carry the name of (no results.json)."""
+    return SubmissionResult(sub.student, sub.assignment, "", "", Status.INVALID, sub.problem)
 
 
-def _results_for(out: Path, submissions: list[Submission]) -> list[dict[str, Any]]:
+def _results_for(out: Path, submissions: list[Submission]) -> list[SubmissionResult]:
     keys = {(s.student, s.assignment) for s in submissions if not s.unsafe_id}
-    return [r for r in reports.read_results(out) if (r.get("student_id"), r.get("assignment")) in keys]
+    return [r for r in reports.read_results(out) if (r.student_id, r.assignment) in keys]
 
 
 def autograde(

@@ -1,7 +1,8 @@
 """The rules about notebook cells and their outcomes, in one place for every side.
 
 What a test cell is, which exercise it belongs to, whether a cell failed, how an error reads
-in words, and the names of every status. The learner's ``attention-check``, the grader's
+in words, the names of every status, and the one record of a test's outcome
+(:class:`TestResult`). The learner's ``attention-check``, the grader's
 ``python -m grader check`` and the autograde pipeline all decide with these, so a learner's
 check and the grade cannot disagree on them. They live in the learner package because the
 learner's check has nothing else; the grader imports them from here.
@@ -9,6 +10,7 @@ learner's check has nothing else; the grader imports them from here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -112,6 +114,56 @@ def exercise_of(grade_id: str) -> str:
     """test_<name> or test_<name>__<aspect> -> <name>; other ids are their own exercise."""
     name = grade_id[len("test_") :] if grade_id.startswith("test_") else grade_id
     return name.split("__", 1)[0]
+
+
+@dataclass
+class TestResult:
+    """One test cell's outcome: the one record for it on every side (the learner's
+    ``attention-check``, ``python -m grader check``, autograde's results.json).
+
+    ``notebook``: the notebook's name without ``.ipynb`` (for autograde, the source notebook
+    the cell belongs to); ``message``: why it did not pass ("" when it did)."""
+
+    __test__ = False  # not a pytest test class
+
+    notebook: str
+    grade_id: str
+    points: float
+    max_points: float
+    status: TestStatus
+    message: str = ""
+
+    @property
+    def exercise(self) -> str:
+        return exercise_of(self.grade_id)
+
+    @property
+    def passed(self) -> bool:
+        return self.status is TestStatus.PASSED
+
+    def to_json(self) -> dict[str, Any]:
+        """The test's entry in results.json."""
+        return {
+            "notebook": self.notebook,
+            "grade_id": self.grade_id,
+            "exercise": self.exercise,
+            "points": self.points,
+            "max_points": self.max_points,
+            "status": str(self.status),
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TestResult:
+        """An entry of results.json read back (``exercise`` follows from the grade id)."""
+        return cls(
+            str(data["notebook"]),
+            str(data["grade_id"]),
+            float(data["points"]),
+            float(data["max_points"]),
+            TestStatus(data["status"]),
+            str(data.get("message", "")),
+        )
 
 
 def first_error(outputs: list[dict[str, Any]]) -> dict[str, Any] | None:

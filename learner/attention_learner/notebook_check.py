@@ -15,28 +15,14 @@ import argparse
 import sys
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attention_learner.cell_rules import TestStatus, cell_outcome, cell_points, is_test_cell
+from attention_learner.cell_rules import TestResult, TestStatus, cell_outcome, cell_points, is_test_cell
 from attention_learner.startup import decline_iri_checker
 
 if TYPE_CHECKING:  # nbformat is imported where a notebook is read, not at start-up
     from nbformat import NotebookNode
-
-
-@dataclass(frozen=True)
-class TestOutcome:
-    """One visible test cell of a checked notebook."""
-
-    __test__ = False  # not a pytest test class
-
-    grade_id: str
-    points: float
-    max_points: float
-    passed: bool
-    message: str
 
 
 def executed_notebook(path: Path, timeout: float = 120.0) -> NotebookNode:
@@ -62,8 +48,8 @@ def executed_notebook(path: Path, timeout: float = 120.0) -> NotebookNode:
     return nb
 
 
-def outcomes_of(nb: NotebookNode) -> list[TestOutcome]:
-    """One outcome per test cell of an executed notebook, in order."""
+def outcomes_of(nb: NotebookNode, notebook: str = "") -> list[TestResult]:
+    """One outcome per test cell of an executed notebook (named ``notebook``), in order."""
     outcomes = []
     for cell in nb.cells:
         if not is_test_cell(cell):
@@ -72,20 +58,23 @@ def outcomes_of(nb: NotebookNode) -> list[TestOutcome]:
         max_points = cell_points(cell)
         if cell.get("execution_count") is None:
             outcomes.append(
-                TestOutcome(
-                    meta["grade_id"], 0.0, max_points, False, "did not run: the notebook stopped before it"
+                TestResult(
+                    notebook,
+                    meta["grade_id"],
+                    0.0,
+                    max_points,
+                    TestStatus.NOT_RUN,
+                    "did not run: the notebook stopped before it",
                 )
             )
             continue
         status, message = cell_outcome(cell.outputs)
-        passed = status is TestStatus.PASSED
-        outcomes.append(
-            TestOutcome(meta["grade_id"], max_points if passed else 0.0, max_points, passed, message)
-        )
+        points = max_points if status is TestStatus.PASSED else 0.0
+        outcomes.append(TestResult(notebook, meta["grade_id"], points, max_points, status, message))
     return outcomes
 
 
-def format_report(path: Path, outcomes: list[TestOutcome]) -> str:
+def format_report(path: Path, outcomes: list[TestResult]) -> str:
     """The outcomes as a learner reads them: one PASS/FAIL line per test, messages indented."""
     lines = [f"Checking {path.name} (visible tests only; grading adds hidden ones)", ""]
     for o in outcomes:
@@ -121,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # not a notebook, no kernel, a cell past its timeout
         print(f"Could not run {args.notebook.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    outcomes = outcomes_of(nb)
+    outcomes = outcomes_of(nb, args.notebook.stem)
     print(format_report(args.notebook, outcomes))
     print(f"(ran in {time.perf_counter() - started:.1f} s)")
     return 0 if all(o.passed for o in outcomes) else 1

@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from attention_learner.cell_rules import TestStatus
 from grader.autograde.reports import write_grades_csv, write_results
+from grader.autograde.results import SubmissionResult, TestResult
 from grader.paths import ROOT
 from tests.security.grade_as import hand_over, identity_prefix
 
@@ -59,31 +61,10 @@ ALIKE = [BYTE_ID, "\\xff"]  # read the same once written as text
 SCORES = {student: float(n + 1) for n, student in enumerate([*IDS, *ALIKE])}
 
 
-def _result(student: str, score: float) -> dict:
-    return {
-        "student_id": student,
-        "assignment": A,
-        "score": score,
-        "raw_score": score,
-        "max_score": 100.0,
-        "status": "graded",
-        "flags": [],
-        "notes": [],
-        "penalty": 0.0,
-        "timestamp": None,
-        "late_by_seconds": None,
-        "tests": [
-            {
-                "notebook": A,
-                "grade_id": "test_sdpa",
-                "exercise": "sdpa",
-                "points": score,
-                "max_points": 100.0,
-                "status": "passed",
-                "message": "",
-            }
-        ],
-    }
+def _result(student: str, score: float) -> SubmissionResult:
+    return SubmissionResult(
+        student, A, "", "", tests=[TestResult(A, "test_sdpa", score, 100.0, TestStatus.PASSED)]
+    )
 
 
 def _text(cell: str) -> str:
