@@ -3,6 +3,7 @@ recurrence and the Jacobian norms (the cases are in ``attention_learner.cases.ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,11 +84,18 @@ FORWARD_BUGS = {
 # ---------------------------------------------------------------- jacobian_norms
 
 
-def _chain_norms(H: np.ndarray, step, reverse: bool = False, ord: Any = 2, norm=None) -> np.ndarray:
+def _chain_norms(
+    H: np.ndarray,
+    step: Callable[[int], np.ndarray],
+    reverse: bool = False,
+    ord: Any = 2,
+    norm: Callable[[np.ndarray], Any] | None = None,
+) -> np.ndarray:
     """Norms of products of per-step matrices step(t) for t = T, T-1, ..., as a learner might
     (``norm``: matrix -> number, in place of np.linalg.norm(., ord))."""
     T, d_h = H.shape
-    norms, product = [1.0], np.eye(d_h)
+    norms: list[float | np.floating[Any]] = [1.0]
+    product = np.eye(d_h)
     for k in range(1, T):
         J = step(T - k)  # (d_h, d_h), the factor for h_{T-k+1}, which is row T - k of H
         product = J @ product if reverse else product @ J

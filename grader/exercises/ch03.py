@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import numpy as np
+import torch
 import torch.nn.functional as F
 
 from attention_learner.cases.ch03 import attention_tensors
@@ -143,7 +144,7 @@ ATTENTION_BUGS = {
 }
 
 
-def torch_attention_reference(inputs: dict[str, Any]) -> Arrays:
+def torch_attention_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Output and gradients from torch's own F.scaled_dot_product_attention; weights from ours."""
     tensors = attention_tensors(inputs)  # Q, K, V: float64 leaves
     q, k, v = tensors.values()
@@ -154,7 +155,7 @@ def torch_attention_reference(inputs: dict[str, Any]) -> Arrays:
     return {"output": out.detach(), "weights": weights, **grads}
 
 
-def torch_gradients_reference(inputs: dict[str, Any]) -> Arrays:
+def torch_gradients_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The gradients of sum(out * G) of torch's own F.scaled_dot_product_attention."""
     reference = torch_attention_reference(inputs)
     return {name: reference[name] for name in ("dQ", "dK", "dV")}

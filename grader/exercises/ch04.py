@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from attention_learner.cases.ch04 import build_mha, call_mha, mha_d_model
 from attention_learner.torch_cases import backward, tensor
-from grader.exercises.spec import Arrays, exercise
+from grader.exercises.spec import exercise
 from grader.reference.multi_head import (
     MultiHeadAttention,
     merge_heads,
@@ -56,8 +56,8 @@ MERGE_NO_TRANSPOSE = (
 )
 
 
-def _on_X(fn: Callable[..., torch.Tensor], key: str) -> Callable[[dict[str, Any]], Arrays]:
-    def bug(inputs: dict[str, Any]) -> Arrays:
+def _on_X(fn: Callable[..., torch.Tensor], key: str) -> Callable[[dict[str, Any]], dict[str, torch.Tensor]]:
+    def bug(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
         args = [torch.from_numpy(inputs["X"])]
         if "num_heads" in inputs:
             args.append(inputs["num_heads"])
@@ -74,9 +74,9 @@ def mha_variant(
     project_out: bool = True,
     kv_from: tuple[str, str] = ("key", "value"),
     invert_mask: bool = False,
-) -> Arrays:
+) -> dict[str, torch.Tensor]:
     """Multi-head attention with one classic bug switched on (outputs and weights only)."""
-    m = build_mha(MultiHeadAttention, inputs)
+    m = cast(MultiHeadAttention, build_mha(MultiHeadAttention, inputs))
     h = inputs["num_heads"]
     mask = tensor(inputs["mask"])
     if invert_mask:
@@ -121,9 +121,9 @@ MHA_BUGS = {
 }
 
 
-def torch_mha_reference(inputs: dict[str, Any]) -> Arrays:
+def torch_mha_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Outputs and gradients of torch's nn.MultiheadAttention with the same weights."""
-    ours = build_mha(MultiHeadAttention, inputs)
+    ours = cast(MultiHeadAttention, build_mha(MultiHeadAttention, inputs))
     theirs = to_torch_multihead(ours)
     tensors = {name: tensor(inputs[name], grad=True) for name in ("query", "key", "value")}
     B, n_q, _ = inputs["query"].shape

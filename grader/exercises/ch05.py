@@ -8,7 +8,7 @@ and by properties (causality, padding) whose expected change is zero.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from attention_learner.cases.ch05 import (
     call_encoder_padding,
 )
 from attention_learner.torch_cases import backward, tensor
-from grader.exercises.spec import Arrays, exercise
+from grader.exercises.spec import exercise
 from grader.reference.multi_head import torch_attn_mask
 from grader.reference.transformer import (
     DecoderLayer,
@@ -88,18 +88,18 @@ def torch_mask(our_mask: torch.Tensor | None, inputs: dict[str, Any], n_q: int, 
     return torch_attn_mask(our_mask, B, h, n_q, n_k)
 
 
-def torch_encoder_reference(inputs: dict[str, Any]) -> Arrays:
+def torch_encoder_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Output and input gradient of nn.TransformerEncoderLayer with the same weights."""
-    theirs = to_torch_encoder_layer(build_encoder(EncoderLayer, inputs))
+    theirs = to_torch_encoder_layer(cast(EncoderLayer, build_encoder(EncoderLayer, inputs)))
     x = tensor(inputs["x"], grad=True)
     n = x.shape[1]
     out = theirs(x, src_mask=torch_mask(key_padding(tensor(inputs["pad_mask"])), inputs, n, n))
     return {"output": out, **backward(out, inputs["G"], {"x": x}, "nn.TransformerEncoderLayer")}
 
 
-def torch_decoder_reference(inputs: dict[str, Any]) -> Arrays:
+def torch_decoder_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Output and input gradients of nn.TransformerDecoderLayer with the same weights."""
-    theirs = to_torch_decoder_layer(build_decoder(DecoderLayer, inputs))
+    theirs = to_torch_decoder_layer(cast(DecoderLayer, build_decoder(DecoderLayer, inputs)))
     tensors = {"y": tensor(inputs["y"], grad=True), "memory": tensor(inputs["memory"], grad=True)}
     n_tgt, n_src = inputs["y"].shape[1], inputs["memory"].shape[1]
     self_mask = causal_mask(n_tgt)  # (n_tgt, n_tgt)
@@ -134,9 +134,9 @@ def encoder_variant(
     attn_residual: bool = True,
     ff_residual: bool = True,
     attn_mask: str = "keys",
-) -> Arrays:
+) -> dict[str, torch.Tensor]:
     """The encoder layer with one classic bug switched on (output only)."""
-    layer = build_encoder(EncoderLayer, inputs)
+    layer = cast(EncoderLayer, build_encoder(EncoderLayer, inputs))
     x = tensor(inputs["x"])  # (B, n, d_model)
     pad = tensor(inputs["pad_mask"])  # (B, n) or None
     mask = {
@@ -159,9 +159,9 @@ def decoder_variant(
     pre_norm: bool = False,
     causal: str = "tril",
     cross_mask: str = "keys",
-) -> Arrays:
+) -> dict[str, torch.Tensor]:
     """The decoder layer with one classic bug switched on (output and cross weights)."""
-    layer = build_decoder(DecoderLayer, inputs)
+    layer = cast(DecoderLayer, build_decoder(DecoderLayer, inputs))
     y, memory = tensor(inputs["y"]), tensor(inputs["memory"])
     n = y.shape[1]
     self_mask = {

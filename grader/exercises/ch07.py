@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -134,6 +134,7 @@ def cache_reference(inputs: dict[str, Any]) -> Arrays:
         outputs[f"k_step{step}"], outputs[f"v_step{step}"] = k_all.numpy(), v_all.numpy()
         lengths.append(len(cache))
     outputs["lengths"] = np.array(lengths, dtype=np.float64)
+    assert cache.k is not None and cache.v is not None  # a case has at least one chunk
     outputs["cache_k"], outputs["cache_v"] = cache.k.numpy(), cache.v.numpy()
     return outputs
 
@@ -168,10 +169,12 @@ CACHE_BUGS = {
 
 
 def _layer(inputs: dict[str, Any]) -> MultiHeadAttention:
-    return build_module(MultiHeadAttention, inputs["args"], inputs["state"], CACHED_CONTRACT)
+    return cast(
+        MultiHeadAttention, build_module(MultiHeadAttention, inputs["args"], inputs["state"], CACHED_CONTRACT)
+    )
 
 
-def _per_step(full: torch.Tensor, inputs: dict[str, Any]) -> Arrays:
+def _per_step(full: torch.Tensor, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Cut a full pass (B, n, d_model) into the chunks' outputs."""
     return {f"out_step{s}": full[:, a:b] for s, (a, b) in enumerate(chunk_bounds(inputs["chunks"]))}
 
@@ -182,7 +185,7 @@ def _projected(inputs: dict[str, Any], name: str) -> torch.Tensor:
         return split_heads(getattr(layer, name)(tensor(inputs["x"])), layer.num_heads)  # (B, h, n, d_head)
 
 
-def cached_reference(inputs: dict[str, Any]) -> Arrays:
+def cached_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor | np.ndarray]:
     """The full causal pass of chapter 4's multi-head attention, cut into the chunks."""
     layer = _layer(inputs)
     x = tensor(inputs["x"])  # (B, n, d_model)
@@ -198,7 +201,7 @@ def cached_reference(inputs: dict[str, Any]) -> Arrays:
     }
 
 
-def cached_torch_reference(inputs: dict[str, Any]) -> Arrays:
+def cached_torch_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The full causal pass of torch's nn.MultiheadAttention with the same weights."""
     theirs = to_torch_multihead(_layer(inputs))
     x = tensor(inputs["x"])
@@ -209,7 +212,7 @@ def cached_torch_reference(inputs: dict[str, Any]) -> Arrays:
     return _per_step(full, inputs)
 
 
-def cached_variant(inputs: dict[str, Any], mistake: str) -> Arrays:
+def cached_variant(inputs: dict[str, Any], mistake: str) -> dict[str, torch.Tensor]:
     """Chunk-by-chunk decoding with one classic mistake (outputs only): "no_causal" (the
     chunk sees all of itself), "cache_queries" (W_q's output cached as keys), "prepend",
     "no_cache" (each chunk alone), "swap_kv" (keys x W_v, values x W_k), "restart" (positions
@@ -219,8 +222,9 @@ def cached_variant(inputs: dict[str, Any], mistake: str) -> Arrays:
     layer = _layer(inputs)
     h = layer.num_heads
     x = tensor(inputs["x"])
-    outputs: Arrays = {}
-    k_all = v_all = None
+    outputs: dict[str, torch.Tensor] = {}
+    k_all: torch.Tensor | None = None
+    v_all: torch.Tensor | None = None
     with torch.no_grad():
         for step, (a, b) in enumerate(chunk_bounds(inputs["chunks"])):
             x_new = x[:, a:b]  # (B, t_new, d_model)
@@ -229,7 +233,7 @@ def cached_variant(inputs: dict[str, Any], mistake: str) -> Arrays:
             v_new = split_heads(layer.W_v(x_new), h)
             if mistake == "swap_kv":
                 k_new, v_new = v_new, k_new
-            if k_all is None or mistake == "no_cache":
+            if k_all is None or v_all is None or mistake == "no_cache":  # None together: the first chunk
                 k_all, v_all = k_new, v_new
             elif mistake == "prepend":
                 k_all, v_all = torch.cat([k_new, k_all], dim=-2), torch.cat([v_new, v_all], dim=-2)

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from attention_learner.cases.ch09 import FLASH_MEMORY_BUDGET, rolling_bounds
-from grader.exercises.ch09_bugs import GQA_BUGS, ROLLING_BUGS, WINDOW_BUGS, flash_bugs, rope_bugs
-from grader.exercises.spec import Arrays, exercise
+from grader.exercises.ch09_bugs import GQA_BUGS, ROLLING_BUGS, WINDOW_BUGS, flash_bugs, gqa_tensors, rope_bugs
+from grader.exercises.spec import exercise
 from grader.reference.modern_attention import (
     RollingKVCache,
     apply_rope,
@@ -32,7 +32,7 @@ from grader.reference.modern_attention import (
 
 
 def _rope_reference(rope):
-    def reference(inputs: dict[str, Any]) -> Arrays:
+    def reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor | np.ndarray]:
         x = torch.tensor(inputs["x"], dtype=getattr(torch, inputs["dtype"]))
         out = rope(x, torch.from_numpy(inputs["positions"].copy()), inputs["base"])
         return {"output": out, "same_dtype": np.array([True])}
@@ -40,28 +40,23 @@ def _rope_reference(rope):
     return reference
 
 
-def _gqa_tensors(inputs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in ("q", "k", "v"))
-    return q, k, v, None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
-
-
-def gqa_reference(inputs: dict[str, Any]) -> Arrays:
-    out, weights = gqa_attention(*_gqa_tensors(inputs))
+def gqa_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    out, weights = gqa_attention(*gqa_tensors(inputs))
     return {"output": out, "weights": weights}
 
 
-def gqa_torch_reference(inputs: dict[str, Any]) -> Arrays:
+def gqa_torch_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """torch's own, with the weights from the reference (torch does not return them)."""
-    q, k, v, mask = _gqa_tensors(inputs)
+    q, k, v, mask = gqa_tensors(inputs)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     return {"output": out, "weights": gqa_attention(q, k, v, mask)[1]}
 
 
-def window_reference(inputs: dict[str, Any]) -> Arrays:
+def window_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {"mask": sliding_window_mask(inputs["n_q"], inputs["n_k"], inputs["window"], inputs["sinks"])}
 
 
-def rolling_reference(inputs: dict[str, Any]) -> Arrays:
+def rolling_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor | np.ndarray]:
     cache = RollingKVCache(inputs["window"], inputs["sinks"])
     k, v = torch.from_numpy(inputs["k"]), torch.from_numpy(inputs["v"])
     steps = [cache.append(k[:, :, a:b], v[:, :, a:b]) for a, b in rolling_bounds(inputs["chunks"])]
@@ -74,7 +69,7 @@ def rolling_reference(inputs: dict[str, Any]) -> Arrays:
     }
 
 
-def _plain(inputs: dict[str, Any], gradients: bool) -> Arrays:
+def _plain(inputs: dict[str, Any], gradients: bool) -> dict[str, torch.Tensor]:
     Q, K, V = (torch.tensor(inputs[n], dtype=torch.float64, requires_grad=gradients) for n in ("Q", "K", "V"))
     out = plain_attention(Q, K, V, inputs["causal"])
     if not gradients:
@@ -83,7 +78,7 @@ def _plain(inputs: dict[str, Any], gradients: bool) -> Arrays:
     return {"output": out, "dQ": dQ, "dK": dK, "dV": dV}
 
 
-def flash_memory_reference(inputs: dict[str, Any]) -> Arrays:
+def flash_memory_reference(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Exact output and gradients from the distinct rows: a row repeated c times adds log(c)
     to its score; the gradient of one copy is the row's gradient divided by c."""
     which = inputs["which"]

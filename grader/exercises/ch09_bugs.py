@@ -76,14 +76,17 @@ def rope_bugs(interleaved: bool) -> dict[str, Any]:
 # ---------------------------------------------------------------- grouped-query attention
 
 
-def _gqa_tensors(inputs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+def gqa_tensors(
+    inputs: dict[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The case's q, k, v and mask (None: no mask) as tensors, for the reference and the bug models."""
     q, k, v = (torch.from_numpy(inputs[n].copy()) for n in ("q", "k", "v"))
     mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
     return q, k, v, mask
 
 
 def gqa_model(inputs: dict[str, Any], mistake: str) -> dict[str, Any]:
-    q, k, v, mask = _gqa_tensors(inputs)
+    q, k, v, mask = gqa_tensors(inputs)
     h, g = q.shape[-3], k.shape[-3]
     if mistake == "repeat":  # k.repeat(1, h // g, 1, 1): query head i reads head i % g
         if g in (1, h):
@@ -102,7 +105,7 @@ def gqa_model(inputs: dict[str, Any], mistake: str) -> dict[str, Any]:
 
 def gqa_query_axis(inputs: dict[str, Any]) -> dict[str, Any]:
     """Weights normalised over the queries (dim=-2) instead of the keys."""
-    q, k, v, mask = _gqa_tensors(inputs)
+    q, k, v, mask = gqa_tensors(inputs)
     r = q.shape[-3] // k.shape[-3]
     k_full, v_full = k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3)
     scores = q @ k_full.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, h, n_q, n_k)
@@ -163,12 +166,19 @@ def rolling_model(inputs: dict[str, Any], mistake: str | None) -> dict[str, Any]
     for a, b in rolling_bounds(inputs["chunks"]):
         new = np.arange(b - a) if mistake == "restart" else np.arange(a, b)
         labels, rows = np.concatenate([labels, new]), np.concatenate([rows, np.arange(a, b)])
-        recent = {"inside": b - max(w - sinks, 0), "over": b - w - 1, "under": b - w + 1}.get(mistake, b - w)
+        recent_by_mistake: dict[str | None, int] = {
+            "inside": b - max(w - sinks, 0),
+            "over": b - w - 1,
+            "under": b - w + 1,
+        }
+        recent = recent_by_mistake.get(mistake, b - w)
         keep = labels >= recent if mistake == "no_sinks" else (labels < sinks) | (labels >= recent)
         labels, rows = labels[keep], rows[keep]
-        keys.append(k[:, :, rows]), values.append(v[:, :, rows])
+        keys.append(k[:, :, rows])
+        values.append(v[:, :, rows])
         shown = np.arange(len(labels)) if mistake == "relative" else labels
-        positions.append(shown.astype(np.float64)), kept.append(float(len(labels)))
+        positions.append(shown.astype(np.float64))
+        kept.append(float(len(labels)))
     return {
         "keys": np.concatenate(keys, axis=-2),
         "values": np.concatenate(values, axis=-2),
