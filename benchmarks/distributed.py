@@ -36,6 +36,8 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 _spec = importlib.util.spec_from_file_location("attention_bench_course", _HERE / "grading_course.py")
+if _spec is None or _spec.loader is None:
+    raise ImportError(f"cannot load {_HERE / 'grading_course.py'}")
 _course = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_course)
 ASSIGNMENT, env, make_course = _course.ASSIGNMENT, _course.env, _course.make_course

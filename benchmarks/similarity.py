@@ -320,7 +320,7 @@ def build(submitted: Path, n: int, rings: int, rng: random.Random) -> tuple[set[
         ring = [pool.pop() for _ in range(rng.randint(2, 4))]
         for member in ring[1:]:
             codes[member] = {g: None if c is None else disguise(c, rng) for g, c in codes[ring[0]].items()}
-        planted |= {tuple(sorted(p)) for p in combinations(ring, 2)}
+        planted |= set(combinations(sorted(ring), 2))  # each pair sorted
     copied = {s for s in students if (codes[s][TORCH] or "").startswith(COURSE_COPY)}
     for student in students:
         nb = copy.deepcopy(template)
@@ -368,7 +368,10 @@ def main() -> int:
             print(done.stdout, done.stderr, sep="\n")
             return 1
         print(done.stdout.strip())
-        scored = int(re.search(r"(\d+) pairs scored", done.stdout).group(1))
+        count = re.search(r"(\d+) pairs scored", done.stdout)
+        if count is None:
+            raise RuntimeError(f"the similarity command did not say how many pairs it scored:\n{done.stdout}")
+        scored = int(count.group(1))
         with open(report / "similarity.csv", newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
         flagged = {(r["exercise"], *sorted((r["student_a"], r["student_b"]))) for r in rows}

@@ -96,7 +96,8 @@ def _template_inline_code() -> tuple[frozenset[str], frozenset[str]]:
     no template variable, verbatim."""
     from nbgrader.server_extensions.formgrader import handlers
 
-    scripts, attributes = set(), set()
+    scripts: set[str] = set()
+    attributes: set[str] = set()
     for template in Path(handlers.template_path).rglob("*"):
         if template.suffix in (".tpl", ".j2"):
             text = template.read_bytes()
@@ -292,7 +293,8 @@ class FormgraderServer(ServerApp):
     """A ServerApp with login as its only service and this module as its only extension."""
 
     name = "grader-formgrader"
-    default_services = ("auth",)
+    # jupyter_server leaves its own unannotated, so its 13 names type it as a 13-tuple
+    default_services = ("auth",)  # type: ignore[assignment]
 
     def find_server_extensions(self) -> None:
         self.jpserver_extensions = {EXTENSION: True}

@@ -46,6 +46,7 @@ that one submission cannot hold the report for longer than the budget allows.
 from __future__ import annotations
 
 import ast
+from collections.abc import Set
 from dataclasses import dataclass
 
 from grader.similarity.guards import Budget
@@ -236,7 +237,8 @@ class _Emitter:
 
     def body(self, statements: list[ast.stmt]) -> None:
         definitions = []
-        run: list[ast.stmt] = []  # consecutive assignments, read in their canonical order
+        # consecutive assignments, read in their canonical order
+        run: list[ast.Assign | ast.AugAssign | ast.AnnAssign] = []
         for statement in statements:
             if self.is_noise(statement):
                 continue
@@ -256,7 +258,7 @@ class _Emitter:
             self.tokens += tokens
             self.lines += lines
 
-    def assignments(self, run: list[ast.stmt]) -> None:
+    def assignments(self, run: list[ast.Assign | ast.AugAssign | ast.AnnAssign]) -> None:
         """Consecutive assignments in a canonical order: each after every assignment it
         depends on (or that depends on it) that came before it, and otherwise the one whose
         tokens sort first; any order the learner could have written them in reads the same."""
@@ -347,13 +349,13 @@ class _Emitter:
                 self.visit(node.operand)
             case ast.BoolOp(op=op):
                 self.emit(f"BoolOp:{type(op).__name__}")
-                for value in node.values:
-                    self.visit(value)
+                for operand in node.values:
+                    self.visit(operand)
             case ast.Compare():
                 self.emit("Compare:" + ",".join(type(op).__name__ for op in node.ops))
                 self.visit(node.left)
-                for value in node.comparators:
-                    self.visit(value)
+                for comparator in node.comparators:
+                    self.visit(comparator)
             case ast.AugAssign(op=op):  # x += y reads as x = x + y
                 self.emit("Assign")
                 self.visit(node.target)
@@ -429,7 +431,7 @@ class _Emitter:
 def normalise(
     tree: ast.Module,
     given_aliases: dict[str, str] | None = None,
-    also_local: set[str] = frozenset(),
+    also_local: Set[str] = frozenset(),
     budget: Budget | None = None,
 ) -> Tokens:
     """``tree`` (a cell, see :func:`parse_cell`) as normalised tokens.

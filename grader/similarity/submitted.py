@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from nbformat import NotebookNode
 
-from grader.similarity.exercises import Exercise, nbgrader_metadata, top_level_definitions
+from grader.similarity.exercises import Exercise, nbgrader_metadata
 from grader.similarity.guards import (
     MAX_ADDED_CELLS,
     MAX_CELL_CHARACTERS,
@@ -146,7 +146,10 @@ def _definitions(cell: NotebookNode, names: frozenset[str]) -> list[tuple[str, s
     lines = text.splitlines()
     found = []
     for statement in tree.body:
-        if top_level_definitions(ast.Module([statement], [])) & names:
+        if (
+            isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and statement.name in names
+        ):
             first = min([statement.lineno, *(d.lineno for d in statement.decorator_list)])
             found.append((statement.name, "\n".join(lines[first - 1 : statement.end_lineno])))
     return found
