@@ -1,10 +1,11 @@
 """The rules that can cost an exercise its points, one table, in the words the notebooks print.
 
 Every rule here is judged by a check the learner's package and the grader share: delegation by
-:mod:`attention_learner.op_trace` (:mod:`attention_learner.forbidden` names what each exercise may not reach), loops
-and counted calls by the cases' own counters (chapter 2's row counter, chapter 6's toy model,
-chapter 8's counted stand-in), memory by the graded memory case (and ``tracemalloc`` in the
-visible test), dtypes and unchanged inputs by :mod:`attention_learner.conventions`.
+:mod:`attention_learner.op_trace` (:mod:`attention_learner.forbidden` names what each exercise
+may not reach), loops and counted calls by the cases' own counters (chapter 2's row counter,
+chapter 6's toy model, chapter 8's counted stand-in), memory by the graded memory case (and
+``tracemalloc`` in the visible test), dtypes and unchanged inputs by
+:mod:`attention_learner.conventions`.
 
 ``python -m grader release`` writes :func:`rules_text` of each exercise into the marked block
 of the markdown cell that introduces it (:data:`BEGIN` ... :data:`END`), in the source notebook
