@@ -87,3 +87,26 @@ def test_the_rules_on_each_kind_of_cell(cell, test, solution, locked, grade, poi
     assert cell_rules.is_locked_cell(cell) is locked
     assert cell_rules.is_grade_cell(cell) is grade
     assert cell_rules.cell_points(cell) == points
+
+
+#: a label built as ``<notebook>:<grade_id>`` (grades.csv's columns, the similarity report's
+#: exercises): an f-string with a name or attribute, a colon, then a grade id
+LABEL_BUILT = re.compile(r"""f["']\{[\w.]*notebook\}:\{[\w.]*grade_id\}["']""")
+
+
+def test_only_cell_rules_builds_a_grade_label():
+    builders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _sources()
+        if path != HOME
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if LABEL_BUILT.search(line)
+    ]
+    assert builders == [], "a second definition of the grade label:\n" + "\n".join(builders)
+    assert LABEL_BUILT.search(HOME.read_text(encoding="utf-8"))  # the pattern still finds the home
+    assert LABEL_BUILT.search('return f"{test.notebook}:{test.grade_id}"')  # the old copy's form
+
+
+def test_a_grade_label_names_the_notebook_only_when_it_is_not_the_assignments():
+    assert cell_rules.grade_label("03_x", "03_x", "test_softmax") == "test_softmax"
+    assert cell_rules.grade_label("03_x", "extra", "test_softmax") == "extra:test_softmax"

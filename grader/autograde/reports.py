@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from attention_learner.cell_rules import grade_label
 from grader.autograde import permissions
 from grader.autograde.results import SubmissionResult, TestResult, read_result
 
@@ -207,11 +208,8 @@ def write_csv(path: Path, header: list[Any], rows: Iterable[list[Any]]) -> None:
 
 
 def grade_column(test: TestResult, assignment: str) -> str:
-    """A test's column label (grades.csv, the export's wide format): the grade id, prefixed
-    by its notebook unless that is the assignment's own notebook."""
-    if test.notebook == assignment:
-        return test.grade_id
-    return f"{test.notebook}:{test.grade_id}"
+    """A test's column label (grades.csv, the export's wide format): ``grade_label``."""
+    return grade_label(assignment, test.notebook, test.grade_id)
 
 
 def _number(value: float) -> float | int:

@@ -24,7 +24,7 @@ from pathlib import Path
 from nbformat import NotebookNode
 
 from attention_learner import cell_rules
-from attention_learner.cell_rules import is_locked_cell
+from attention_learner.cell_rules import grade_label, is_locked_cell
 from attention_learner.cell_rules import nbgrader_meta as nbgrader_metadata
 from grader.autograde.notebook_file import InvalidNotebook, read_notebook
 from grader.similarity.guards import NotCompared
@@ -65,11 +65,6 @@ def released(source: str) -> str:
         elif not inside:
             out.append(line)
     return "\n".join(out)
-
-
-def exercise_label(assignment: str, notebook: str, grade_id: str) -> str:
-    """The grade id, prefixed by its notebook unless that is the assignment's own notebook."""
-    return grade_id if notebook == assignment else f"{notebook}:{grade_id}"
 
 
 @dataclass
@@ -151,7 +146,7 @@ def _exercises(assignment: str, notebook: str, nb: NotebookNode) -> list[Exercis
     exercises = []
     for grade_id, names in defines.items():
         others = set().union(*(n for g, n in defines.items() if g != grade_id))
-        label = exercise_label(assignment, notebook, grade_id)
+        label = grade_label(assignment, notebook, grade_id)
         exercises.append(
             Exercise(
                 assignment,

@@ -116,6 +116,13 @@ def exercise_of(grade_id: str) -> str:
     return name.split("__", 1)[0]
 
 
+def grade_label(assignment: str, notebook: str, grade_id: str) -> str:
+    """A grade cell's label across an assignment (a column of grades.csv and of the wide
+    export, an exercise of the similarity report): the grade id, prefixed by its notebook
+    (``notebook:grade_id``) unless that is the assignment's own notebook."""
+    return grade_id if notebook == assignment else f"{notebook}:{grade_id}"
+
+
 @dataclass
 class TestResult:
     """One test cell's outcome: the one record for it on every side (the learner's
