@@ -42,3 +42,20 @@ def test_the_map_reads_a_planted_module():
     sample = f"- `{before}`: not in the map.\n## Module map\n\n- `{planted}`: a module.\nprose `x.py`: no.\n"
     assert modules_in_the_map(sample) == {planted}
     assert planted not in modules_in_the_map()
+
+
+#: the longest a source module may be (issue 33: split a longer one by job, as chapters 7 to 9's
+#: cases were); the folders whose modules the project writes
+MAX_LINES = 500
+SOURCE_FOLDERS = ("grader", "learner/attention_learner", "book_figures", "benchmarks", "_ext")
+
+
+def test_no_source_module_is_longer_than_the_limit():
+    long = sorted(
+        f"{path.relative_to(ROOT).as_posix()}: {lines} lines"
+        for folder in SOURCE_FOLDERS
+        for path in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in path.parts
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    )
+    assert long == [], f"modules over {MAX_LINES} lines (split each by job):\n" + "\n".join(long)
