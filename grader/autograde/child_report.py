@@ -120,9 +120,11 @@ def _record(entry: Any) -> Record | None:
     raw_arrays = entry.get("arrays")
     if isinstance(raw_arrays, dict) and len(raw_arrays) <= 16:
         decoded = {k: decode_array(v) for k, v in raw_arrays.items() if isinstance(k, str)}
-        if decoded and all(v is not None for v in decoded.values()):
-            arrays = decoded
-    raw_reached, reached = entry.get("reached"), ()
+        kept = {k: v for k, v in decoded.items() if v is not None}
+        if decoded and len(kept) == len(decoded):
+            arrays = kept
+    raw_reached = entry.get("reached")
+    reached: tuple[str, ...] = ()
     if isinstance(raw_reached, list):
         reached = tuple(r[:MAX_REACHED_CHARS] for r in raw_reached[:MAX_REACHED] if isinstance(r, str))
     return Record(exercise, seed, params, error if isinstance(error, str) else "", arrays, reached)
@@ -182,8 +184,9 @@ def read_report(path: str | os.PathLike[str]) -> dict[int, CellReport]:
             index = line.get("index")
             if not isinstance(index, int) or isinstance(index, bool) or index in cells:
                 continue
-            outputs = line.get("outputs") if isinstance(line.get("outputs"), list) else []
-            records = line.get("records") if isinstance(line.get("records"), list) else []
+            raw_outputs, raw_records = line.get("outputs"), line.get("records")
+            outputs = raw_outputs if isinstance(raw_outputs, list) else []
+            records = raw_records if isinstance(raw_records, list) else []
             cells[index] = CellReport(
                 index,
                 [o for o in map(_output, outputs[:MAX_OUTPUTS_PER_CELL]) if o is not None],

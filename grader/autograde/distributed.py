@@ -94,7 +94,10 @@ class DaskExecutor(Executor):
         import distributed
 
         self.config = config
-        self._cluster = None
+        # distributed's Client and LocalCluster carry few annotations (their methods are
+        # untyped): they are held as Any, and their constructors are the untyped calls below
+        self.client: Any
+        self._cluster: Any = None
         self._own_client = True
         if isinstance(address, distributed.Client):
             self.client, self._own_client = address, False
@@ -108,7 +111,7 @@ class DaskExecutor(Executor):
                 else {"dashboard": False, "dashboard_address": "127.0.0.1:0"}
             )
             with dask.config.set(cluster_settings()):
-                self._cluster = distributed.LocalCluster(
+                self._cluster = distributed.LocalCluster(  # type: ignore[no-untyped-call]
                     n_workers=workers,
                     threads_per_worker=1,
                     processes=True,
@@ -117,9 +120,9 @@ class DaskExecutor(Executor):
                     preload=["grader.autograde.distributed"],
                     scheduler_kwargs=http,
                 )
-            self.client = distributed.Client(self._cluster)
+            self.client = distributed.Client(self._cluster)  # type: ignore[no-untyped-call]
         else:
-            self.client = distributed.Client(address)
+            self.client = distributed.Client(address)  # type: ignore[no-untyped-call]
         self._run = uuid.uuid4().hex[:12]  # keys of two runs on one cluster never collide
         self.running: dict[str, tuple[ChildJob, Any, float]] = {}  # key -> job, future, submitted
         self._ready = False
@@ -127,7 +130,8 @@ class DaskExecutor(Executor):
     def slots(self) -> int:
         """Worker threads in the cluster right now (at least one)."""
         self.client.wait_for_workers(1)
-        return max(1, sum(self.client.nthreads().values()))
+        threads: dict[str, int] = self.client.nthreads()  # worker address -> its threads
+        return max(1, sum(threads.values()))
 
     def wait_ready(self) -> None:
         """Every worker present now starts its warm server at the client's isolation."""
@@ -180,7 +184,8 @@ class DaskExecutor(Executor):
         if not done:
             futures = [f for _, f, _ in self.running.values()]
             try:
-                distributed.wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
+                # distributed.wait carries no annotations
+                distributed.wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")  # type: ignore[no-untyped-call]
             except TimeoutError:  # distributed's own is the builtin on Python 3.11+
                 return []
             done = [k for k, (_, f, _) in self.running.items() if isinstance(f, _Failed) or f.done()]

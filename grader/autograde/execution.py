@@ -82,20 +82,24 @@ def _make_shell() -> Any:
         def __call__(self, result: Any = None) -> None:
             if result is None:
                 return
-            self.shell.user_ns["_"] = result
-            data, metadata = self.shell.display_formatter.format(result)
-            self.shell.collected.append(
+            shell: Any = self.shell  # the CollectingShell below (IPython: InteractiveShell | None)
+            shell.user_ns["_"] = result
+            data, metadata = shell.display_formatter.format(result)
+            shell.collected.append(
                 {
                     "output_type": "execute_result",
                     "data": _jsonable(data),
                     "metadata": _jsonable(metadata),
-                    "execution_count": self.shell.execution_count,
+                    "execution_count": shell.execution_count,
                 }
             )
 
     class CollectingPublisher(DisplayPublisher):
-        def publish(self, data, metadata=None, *args: Any, **kwargs: Any) -> None:
-            self.shell.collected.append(
+        def publish(
+            self, data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any
+        ) -> None:
+            shell: Any = self.shell  # the CollectingShell below
+            shell.collected.append(
                 {
                     "output_type": "display_data",
                     "data": _jsonable(data),
@@ -109,11 +113,13 @@ def _make_shell() -> Any:
     class CollectingShell(InteractiveShell):
         displayhook_class = CollectingDisplayHook
         display_pub_class = CollectingPublisher
+        collected: list[dict[str, Any]]  # the cell's outputs, as nbformat has them
 
         def enable_gui(self, gui: Any = None) -> None:  # no event loop in a grading child
             pass
 
-        def _showtraceback(self, etype, evalue, stb) -> None:  # what ipykernel sends as "error"
+        # what ipykernel sends as "error"
+        def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
             self.collected.append(
                 {
                     "output_type": "error",
@@ -128,7 +134,9 @@ def _make_shell() -> Any:
     config = Config()
     config.HistoryManager.enabled = False
     shell = CollectingShell.instance(config=config, colors="nocolor")
-    shell.showtraceback = types.MethodType(InteractiveShell.showtraceback, shell)
+    # IPython's showtraceback bound on the instance now: a cell that patches the class's later
+    # does not reach this shell (mypy: assigning to a method is deliberate here)
+    shell.showtraceback = types.MethodType(InteractiveShell.showtraceback, shell)  # type: ignore[method-assign]
     shell.InteractiveTB.set_mode("Plain")  # Python's own format: 20x cheaper than "Context"
     shell.collected = []
     return shell
@@ -235,7 +243,7 @@ def _memory_limiter() -> Any:
     return limit
 
 
-def _bounded(output: dict) -> dict:
+def _bounded(output: dict[str, Any]) -> dict[str, Any]:
     """Error texts cut to MAX_ERROR_CHARS: the learner chooses them, the feedback echoes them."""
     if output.get("output_type") != "error":
         return output
@@ -246,8 +254,8 @@ def _bounded(output: dict) -> dict:
     }
 
 
-def _encode_record(rec: Any) -> dict:
-    entry = {
+def _encode_record(rec: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {
         "exercise": rec.exercise,
         "seed": rec.seed,
         "params": _jsonable_params(rec.params),
@@ -267,8 +275,9 @@ def _encode_record(rec: Any) -> dict:
     return entry
 
 
-def _jsonable_params(params: dict) -> dict:
+def _jsonable_params(params: dict[str, Any]) -> dict[str, Any]:
     try:
-        return json.loads(json.dumps(params))
+        copied: dict[str, Any] = json.loads(json.dumps(params))
+        return copied
     except (TypeError, ValueError):
         return {k: repr(v) for k, v in params.items()}

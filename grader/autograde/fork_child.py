@@ -22,6 +22,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from grader.autograde import cgroups as cgroup_tree
 from grader.autograde import confine, mount_tree, seccomp
@@ -81,7 +82,11 @@ def _learner_environment(home: str) -> dict[str, str]:
 
 
 def _job_main(
-    job: ChildJob, cells: list, isolation: Isolation, view: mount_tree.View | None, counted: bool = False
+    job: ChildJob,
+    cells: list[dict[str, Any]],
+    isolation: Isolation,
+    view: mount_tree.View | None,
+    counted: bool = False,
 ) -> None:
     """Runs as the job's PID 1 (or its only process without namespaces). Never returns.
 
@@ -97,6 +102,7 @@ def _job_main(
             signal.signal(sig, signal.SIG_DFL)
         as_root = os.getuid() == 0
         if isolation is Isolation.NAMESPACES:
+            assert view is not None, "a job in namespaces is given its view (_keeper)"
             mount_tree.build_root(str(folder / "root"), view, str(folder / "home"), job.limits.tmp_bytes)
             home = mount_tree.HOME
             if as_root:  # the job's files become the job identity's own
@@ -184,7 +190,11 @@ KEEPER_GRACE = 2.0  # seconds past the time limit after which the keeper kills P
 
 
 def _keeper(
-    job: ChildJob, cells: list, view: mount_tree.View | None, server: int, cgroup_procs: tuple[str, ...]
+    job: ChildJob,
+    cells: list[dict[str, Any]],
+    view: mount_tree.View | None,
+    server: int,
+    cgroup_procs: tuple[str, ...],
 ) -> None:
     """Join the job's cgroups, enter its namespaces, start its PID 1, and keep it. Never returns.
 
@@ -224,7 +234,7 @@ def _keeper(
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     os.write(4, f"{pid}\n".encode())
     pidfd = os.pidfd_open(pid)
-    end = time.monotonic() + job.limits.timeout + KEEPER_GRACE
+    end: float | None = time.monotonic() + job.limits.timeout + KEEPER_GRACE
     while not select.select([pidfd], [], [], None if end is None else max(0.0, end - time.monotonic()))[0]:
         os.kill(pid, signal.SIGKILL)
         end = None

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from grader.autograde import confine, phases
 from grader.autograde.executor import Executor, Finished, IsolationUnavailable
@@ -44,9 +45,11 @@ class ForkServer(Executor):
             env=env,
             cwd="/",
         )
+        assert self.process.stdin is not None and self.process.stdout is not None  # both PIPE
+        self._stdin, self._stdout = self.process.stdin, self.process.stdout
         # the configuration goes in on stdin, not argv: a child's /proc/self/cmdline is its own
-        self.process.stdin.write(config.to_line().encode())
-        self.process.stdin.flush()
+        self._stdin.write(config.to_line().encode())
+        self._stdin.flush()
         self.running: dict[str, tuple[ChildJob, float]] = {}
         self._buffer = b""
         self._ready = False  # the server imports torch while the caller gets on with its work
@@ -66,8 +69,8 @@ class ForkServer(Executor):
     def submit(self, job: ChildJob) -> None:
         self.wait_ready()
         self.running[job.id] = (job, time.monotonic())
-        self.process.stdin.write((json.dumps(asdict(job)) + "\n").encode())
-        self.process.stdin.flush()
+        self._stdin.write((json.dumps(asdict(job)) + "\n").encode())
+        self._stdin.flush()
 
     def wait(self, timeout: float | None = None) -> list[Finished]:
         """Block until at least one job ends (the server enforces each job's time limit), or
@@ -91,8 +94,8 @@ class ForkServer(Executor):
                 )
         return finished
 
-    def _read_event(self, timeout: float) -> dict | None:
-        fd = self.process.stdout.fileno()
+    def _read_event(self, timeout: float) -> dict[str, Any] | None:
+        fd = self._stdout.fileno()
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer:
             ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
@@ -103,12 +106,13 @@ class ForkServer(Executor):
                 raise RuntimeError("the grading fork server stopped")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        event: dict[str, Any] = json.loads(line)  # the server's own line (sandbox._emit)
+        return event
 
     def close(self) -> None:
         self.running.clear()
         if self.process.poll() is None:
-            self.process.stdin.close()  # the server kills every child it still has, then exits
+            self._stdin.close()  # the server kills every child it still has, then exits
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from grader.autograde import mount_tree
 
@@ -42,7 +43,7 @@ class Limits:
 BUDGET_HEADROOM = 128 * 2**20
 
 
-def budgeted_memory(limits: Limits, cells: list[dict]) -> int | None:
+def budgeted_memory(limits: Limits, cells: list[dict[str, Any]]) -> int | None:
     """The memory of a whole job one of whose ``cells`` (``job.json``'s) has a memory budget:
     the smallest budget + BUDGET_HEADROOM, at most ``limits.memory_bytes``; None without one.
 
@@ -134,6 +135,6 @@ class ServerConfig:
         )
 
 
-def exited_event(job_id: str, code: int, timed_out: bool) -> dict:
+def exited_event(job_id: str, code: int, timed_out: bool) -> dict[str, Any]:
     """How the server tells the parent that a job has ended (from ``waitpid``, never the job)."""
     return {"event": "exited", "id": job_id, "code": code, "timed_out": timed_out}

@@ -15,6 +15,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grader.autograde import cgroups as cgroup_tree
 from grader.autograde import mount_tree
@@ -38,7 +39,7 @@ class Child:
     started: float = 0.0  # monotonic, once its cgroup is made
     setup: tuple[float, float] = (0.0, 0.0)  # seconds: its cgroup; fork and confine to PID 1
 
-    def event(self, status: int) -> dict:
+    def event(self, status: int) -> dict[str, Any]:
         self.reported = True
         event = exited_event(
             self.id, os.waitstatus_to_exitcode(status), self.timed_out or time.monotonic() >= self.deadline
@@ -90,7 +91,7 @@ class Server:
         if not leader:
             os.close(read_end)
             os.waitpid(first, 0)
-            if name:
+            if name and self.cgroups is not None:  # a name only ever comes from the cgroups
                 self.cgroups.remove_job(name)
             return None
         child = Child(
@@ -124,7 +125,7 @@ class Server:
             self.cgroups.remove_job(name)
             return "", ()
 
-    def status(self, fd: int) -> dict | None:
+    def status(self, fd: int) -> dict[str, Any] | None:
         """What the keeper says on its pipe: PID 1's end (an ``exited`` event), or nothing."""
         child = self.pipes.pop(fd)
         data = os.read(fd, 64)
@@ -135,7 +136,7 @@ class Server:
             return None  # the keeper died first: its own end is the job's (finish)
         return child.event(int(data.split(b"\n", 1)[0]))
 
-    def finish(self, pidfd: int) -> dict | None:
+    def finish(self, pidfd: int) -> dict[str, Any] | None:
         """The keeper has ended: remove what is left of the job; its ``exited`` event unless
         the keeper's pipe gave it already."""
         child = self.children.pop(pidfd)
@@ -156,7 +157,7 @@ class Server:
             child.leader_fd = -1
         elif child.isolation is not Isolation.NAMESPACES:
             _kill_group(child.pid)  # whatever it left running
-        if child.cgroup:
+        if child.cgroup and self.cgroups is not None:
             self.cgroups.remove_job(child.cgroup)
 
     def kill(self, child: Child) -> None:

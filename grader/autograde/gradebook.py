@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
+from typing import Any
 
 import sqlalchemy
 from nbgrader.api import Gradebook
@@ -78,7 +79,7 @@ def open_gradebook(db_url: str) -> Gradebook:
     if db_url.startswith("sqlite"):
 
         @event.listens_for(gradebook.engine, "connect")
-        def _pragmas(dbapi_connection, _record) -> None:
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")

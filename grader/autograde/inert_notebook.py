@@ -38,7 +38,9 @@ import re
 import uuid
 from typing import Any
 
-from nbformat import NotebookNode, from_dict
+from nbformat import NotebookNode
+
+from grader.autograde.notebook_file import notebook_node
 
 ZWSP = "\u200b"
 KEPT_TYPES = ("text/plain", "image/png", "image/jpeg")
@@ -72,7 +74,7 @@ def make_inert(nb: NotebookNode) -> list[str]:
     """Rewrite ``nb`` in place as data (see the module's docstring); return the kinds of
     what was removed (``text/html``, ``output type 'x'``, ``attachment``), each once."""
     removed: list[str] = []
-    nb.metadata = from_dict(_notebook_metadata(nb.get("metadata", {})))
+    nb.metadata = notebook_node(_notebook_metadata(nb.get("metadata", {})))
     seen: set[str] = set()
     for cell in nb.cells:
         cell_id = str(cell.get("id", ""))
@@ -80,18 +82,18 @@ def make_inert(nb: NotebookNode) -> list[str]:
             cell["id"] = uuid.uuid4().hex[:8]
         seen.add(str(cell.get("id", "")))
         meta = cell.get("metadata", {})
-        cell.metadata = from_dict({"nbgrader": meta["nbgrader"]} if isinstance(meta, dict)
-                                  and isinstance(meta.get("nbgrader"), dict) else {})  # fmt: skip
+        cell.metadata = notebook_node({"nbgrader": meta["nbgrader"]} if isinstance(meta, dict)
+                                      and isinstance(meta.get("nbgrader"), dict) else {})  # fmt: skip
         if cell.get("cell_type") == "code":
             cell.source = _string(cell.get("source", ""))
             cell.execution_count = _count(cell.get("execution_count"))
-            cell.outputs = [from_dict(o) for o in (_output(o, removed) for o in cell.get("outputs", []))
+            cell.outputs = [notebook_node(o) for o in (_output(o, removed) for o in cell.get("outputs", []))
                             if o is not None]  # fmt: skip
         else:  # markdown, raw, or a type nbgrader let through: shown as text either way
             cell.source = inert_text(cell.get("source", ""))
             kept = _attachments(cell.get("attachments", {}), removed)
             if "attachments" in cell:
-                cell.attachments = from_dict(kept)
+                cell.attachments = notebook_node(kept)
             # nbconvert refuses a whole notebook whose markdown names a missing attachment
             cell.source = _unlink_missing(cell.source, set(kept))
     return sorted(set(removed))

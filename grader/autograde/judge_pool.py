@@ -110,7 +110,7 @@ class JudgePool:
         self._pool.submit(_ready)
         self._budgets: dict[str, int | None] | None = None
 
-    def references(self, cases: list[Case]) -> Future:
+    def references(self, cases: list[Case]) -> Future[list[Reference]]:
         """A future of :func:`references` on ``cases``."""
         return self._pool.submit(references, cases)
 

@@ -56,6 +56,11 @@ if TYPE_CHECKING:
 
     from grader.autograde.gradebook import SourceCells
 
+# nbgrader has neither annotations nor stubs: its preprocessors are Any to mypy, so each class
+# below that adapts one subclasses Any (``type: ignore[misc]``), and each ``preprocess`` says
+# the types nbgrader's own docstrings give: (notebook, resources) -> (notebook, resources).
+Resources = dict[str, Any]
+
 NBGRADER_VERSIONS = ">=0.9,<0.10"  # the releases whose internals these adapters are written for
 
 
@@ -114,7 +119,7 @@ def lent_gradebook(
     return lend(module, "Gradebook", lambda *args, **kwargs: lent)
 
 
-class SharedOverwriteCells(OverwriteCells):
+class SharedOverwriteCells(OverwriteCells):  # type: ignore[misc]
     """nbgrader's OverwriteCells (missing grade cells added back), on the run's gradebook,
     with the source's cell records read once per run (``gradebook.SourceCells``)."""
 
@@ -122,17 +127,18 @@ class SharedOverwriteCells(OverwriteCells):
         super().__init__(add_missing_cells=True, **kwargs)
         self.source_cells = source_cells
 
-    def preprocess(self, nb, resources):
+    def preprocess(self, nb: NotebookNode, resources: Resources) -> tuple[NotebookNode, Resources]:
         with lent_gradebook(
             overwritecells,
             self.source_cells.gradebook,
             self.source_cells,
             ("find_source_cell", "find_graded_cell"),
         ):
-            return super().preprocess(nb, resources)
+            nb, resources = super().preprocess(nb, resources)
+        return nb, resources
 
 
-class SharedOverwriteKernelspec(OverwriteKernelspec):
+class SharedOverwriteKernelspec(OverwriteKernelspec):  # type: ignore[misc]
     """nbgrader's OverwriteKernelspec (the source's kernelspec wins), on the run's gradebook,
     with the source notebook's record read once per run (``gradebook.SourceCells``)."""
 
@@ -140,11 +146,12 @@ class SharedOverwriteKernelspec(OverwriteKernelspec):
         super().__init__(**kwargs)
         self.source_cells = source_cells
 
-    def preprocess(self, nb, resources):
+    def preprocess(self, nb: NotebookNode, resources: Resources) -> tuple[NotebookNode, Resources]:
         with lent_gradebook(
             overwritekernelspec, self.source_cells.gradebook, self.source_cells, ("find_notebook",)
         ):
-            return super().preprocess(nb, resources)
+            nb, resources = super().preprocess(nb, resources)
+        return nb, resources
 
 
 class _OnTheRunsGradebook:
@@ -156,19 +163,21 @@ class _OnTheRunsGradebook:
         super().__init__(**kwargs)
         self.shared = gradebook
 
-    def preprocess(self, nb, resources):
+    def preprocess(self, nb: NotebookNode, resources: Resources) -> tuple[NotebookNode, Resources]:
         with lent_gradebook(self.lends_in, self.shared):
-            return super().preprocess(nb, resources)
+            # a mixin: super() is the nbgrader preprocessor after it in the subclass's MRO
+            nb, resources = super().preprocess(nb, resources)  # type: ignore[misc]
+        return nb, resources
 
 
-class SharedAssignLatePenalties(_OnTheRunsGradebook, AssignLatePenalties):
+class SharedAssignLatePenalties(_OnTheRunsGradebook, AssignLatePenalties):  # type: ignore[misc]
     """nbgrader's AssignLatePenalties (the plugin's penalty per notebook, between 0 and the
     notebook's score), on the run's gradebook; ``config`` carries the plugin and its setting."""
 
     lends_in = latesubmissions
 
 
-class SharedSaveAutoGrades(_OnTheRunsGradebook, SaveAutoGrades):
+class SharedSaveAutoGrades(_OnTheRunsGradebook, SaveAutoGrades):  # type: ignore[misc]
     """nbgrader's SaveAutoGrades (determine_grade -> auto_score), on the run's gradebook."""
 
     lends_in = saveautogrades
@@ -181,7 +190,7 @@ class _CompiledSchemas:
     """``jsonschema.validate`` without re-checking a schema it has seen before."""
 
     @staticmethod
-    def validate(instance: object, schema: dict) -> None:
+    def validate(instance: Any, schema: dict[str, Any]) -> None:
         validator = _compiled(json.dumps(schema, sort_keys=True))
         error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
         if error is not None:  # what jsonschema.validate raises, after its schema check
@@ -201,7 +210,7 @@ def compiled_metadata_schemas() -> AbstractContextManager[None]:
     return lend(nbgrader_format, "jsonschema", _CompiledSchemas)
 
 
-class CheckCellMetadataOnce(CheckCellMetadata):
+class CheckCellMetadataOnce(CheckCellMetadata):  # type: ignore[misc]
     """nbgrader's CheckCellMetadata, with its metadata schema checked and compiled once.
 
     nbgrader validates every cell's metadata with ``jsonschema.validate(metadata, schema)``,
@@ -211,9 +220,10 @@ class CheckCellMetadataOnce(CheckCellMetadata):
     :class:`_CompiledSchemas`, whose ``validate`` raises the same error.
     """
 
-    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+    def preprocess(self, nb: NotebookNode, resources: Resources) -> tuple[NotebookNode, Resources]:
         with compiled_metadata_schemas():
-            return super().preprocess(nb, resources)
+            nb, resources = super().preprocess(nb, resources)
+        return nb, resources
 
 
 # ------------------------------------------------------------------ a new gradebook's revision
@@ -227,7 +237,10 @@ def _alembic_head() -> str:
 
     config = AlembicConfig()
     config.set_main_option("script_location", str(Path(nbgrader.__file__).parent / "alembic"))
-    return ScriptDirectory.from_config(config).get_current_head()
+    head = ScriptDirectory.from_config(config).get_current_head()
+    if head is None:
+        raise LookupError("nbgrader's alembic folder holds no migration")
+    return head
 
 
 def alembic_head_in_process() -> AbstractContextManager[None]:
@@ -238,11 +251,11 @@ def alembic_head_in_process() -> AbstractContextManager[None]:
 # ------------------------------------------------------------------ the sanitizing preprocessors
 
 
-class DeduplicateIdsCleanly(DeduplicateIds):
+class DeduplicateIdsCleanly(DeduplicateIds):  # type: ignore[misc]
     """nbgrader's DeduplicateIds, without the empty ``nbgrader`` metadata it leaves on the
     copies it drops (an empty dict makes nbgrader call the notebook "old format")."""
 
-    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+    def preprocess(self, nb: NotebookNode, resources: Resources) -> tuple[NotebookNode, Resources]:
         nb, resources = super().preprocess(nb, resources)
         for cell in nb.cells:
             if cell.get("metadata", {}).get("nbgrader", None) == {}:

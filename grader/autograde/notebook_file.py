@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
@@ -24,6 +25,14 @@ from grader.autograde.folder_walk import MAX_NOTEBOOK_BYTES, file_size, reason
 from grader.autograde.safe_open import open_regular
 
 MAX_CELLS = 2_000
+
+
+def notebook_node(data: dict[str, Any]) -> NotebookNode:
+    """``nbformat.from_dict``, typed: ``data`` (a notebook, a cell, an output, metadata) with
+    attribute access, its dicts nested as NotebookNodes."""
+    # nbformat's functions carry no annotations: the one untyped call, here
+    node: NotebookNode = nbformat.from_dict(data)  # type: ignore[no-untyped-call]
+    return node
 
 
 class InvalidNotebook(ValueError):
@@ -59,14 +68,16 @@ def read_notebook(path: Path) -> NotebookNode:
         raise InvalidNotebook(f"{path.name} is not valid notebook JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells", data.get("worksheets")), list):
         raise InvalidNotebook(f"{path.name} is not valid notebook JSON: it has no list of cells")
-    cells = len(data.get("cells", data.get("worksheets")))
+    cells = len(data["cells"] if "cells" in data else data["worksheets"])
     if cells > MAX_CELLS:
         raise InvalidNotebook(
             f"{path.name} has {cells:,} cells, over the limit of {MAX_CELLS:,} cells for one notebook"
         )
     if data.get("nbformat") != 4:  # old formats: let nbformat convert (and validate) them
         try:
-            return nbformat.reads(text, as_version=4)
+            # nbformat's functions carry no annotations
+            converted: NotebookNode = nbformat.reads(text, as_version=4)  # type: ignore[no-untyped-call]
+            return converted
         except Exception as exc:  # nbformat raises several kinds for what it cannot convert
             raise InvalidNotebook(f"{path.name} is not a notebook nbformat can read: {exc}") from None
     # Version 4: a structural check instead of the full JSON-schema validation, which cost
@@ -85,4 +96,4 @@ def read_notebook(path: Path) -> NotebookNode:
             cell.setdefault("execution_count", None)
     data.setdefault("metadata", {})
     data.setdefault("nbformat_minor", 4)
-    return nbformat.from_dict(data)
+    return notebook_node(data)

@@ -36,7 +36,7 @@ from grader.autograde.fork_protocol import ChildJob, Isolation, Limits, write_jo
 from grader.autograde.gradebook import SourceCells, one_transaction
 from grader.autograde.gradebook_entries import late_penalties, zero_in_gradebook
 from grader.autograde.inert_notebook import make_inert
-from grader.autograde.judge_pool import JudgePool, import_exercises, salted_cases
+from grader.autograde.judge_pool import JudgePool, Reference, import_exercises, salted_cases
 from grader.autograde.judging import CaseAnswers, ExpectedCheck
 from grader.autograde.nbgrader_adapters import (
     SharedSaveAutoGrades,
@@ -99,7 +99,7 @@ class Run:
         self.judges = JudgePool()
         import_exercises()  # after the fork: a thread, while the parent waits for its server
         self.answers = CaseAnswers(self.judges)  # the reference's answers per case, for this run
-        self.references: dict[str, Future] = {}  # job id -> its references, being computed
+        self.references: dict[str, Future[list[Reference]]] = {}  # job id -> its references, being computed
 
     def new_job(
         self,
@@ -270,6 +270,7 @@ def _finish(run: Run, sub: Submission, result: SubmissionResult, jobs: list[Note
     phases.stop("write.gradebook", start)
     messages = []
     for job in jobs:
+        assert job.finished is not None, "scheduling hands a submission over once its jobs have ended"
         start = phases.start()
         status, message, report = run_outcome(job.finished)
         phases.stop("parent.child_report", start)

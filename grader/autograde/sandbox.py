@@ -33,6 +33,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from grader.autograde import cgroups as cgroup_tree
 from grader.autograde import confine
@@ -44,7 +45,7 @@ from grader.autograde.fork_protocol import (
     exited_event,
     write_job_cells,
 )
-from grader.autograde.fork_server import Server
+from grader.autograde.fork_server import Child, Server
 from grader.autograde.results import ChildExit
 
 
@@ -57,13 +58,14 @@ def _probe(server: Server, work: Path) -> str:
         return (folder / "log").read_text(errors="replace")[-2000:] or "the probe did not start"
     pidfd = next(fd for fd, c in server.children.items() if c is child)
     select.select([pidfd], [], [], 60)
-    code = server.finish(pidfd)["code"]  # the keeper's own end: its pipe was not read
+    ended = server.finish(pidfd)  # the keeper's own end: its pipe was not read
+    code = None if ended is None else ended["code"]
     if code != 0:
         return (folder / "log").read_text(errors="replace")[-2000:] or f"exit {code}"
     return ""
 
 
-def _emit(event: dict) -> None:
+def _emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
 
@@ -143,7 +145,7 @@ def _serve_jobs(server: Server) -> None:
             server.cgroups.retry_pending()
 
 
-def _kill_overdue(server: Server, running: list) -> None:
+def _kill_overdue(server: Server, running: list[Child]) -> None:
     """Kill every job past its time limit (by the server's clock, whatever the job does)."""
     now = time.monotonic()
     for child in running:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import nbformat
 from nbformat import NotebookNode
 
 from attention_learner.cell_rules import is_grade_cell, is_locked_cell, nbgrader_meta
 from grader.autograde.gradebook import SourceCells
 from grader.autograde.nbgrader_adapters import nbgrader_resources, sanitizing_preprocessors
+from grader.autograde.notebook_file import notebook_node
 
 
 @dataclass
@@ -40,7 +40,7 @@ def sanitize(
     resources = nbgrader_resources(db_url, assignment, notebook, student)
     for preprocessor in sanitizing_preprocessors(source_cells):
         nb, resources = preprocessor.preprocess(nb, resources)
-    nb = nbformat.from_dict(nb)  # cells nbgrader added back are plain dicts
+    nb = notebook_node(nb)  # cells nbgrader added back are plain dicts
     return Sanitized(nb, notes)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
-import nbformat
 from nbformat import NotebookNode
 
 from attention_learner.cell_rules import (
@@ -28,6 +28,7 @@ from grader.autograde.child_report import CellReport, ReportTooLarge, read_repor
 from grader.autograde.delegation import Delegation, analyse
 from grader.autograde.executor import Finished
 from grader.autograde.judging import CaseAnswers, ExpectedCheck, rejudge
+from grader.autograde.notebook_file import notebook_node
 from grader.autograde.results import ChildExit, TestResult
 
 
@@ -53,12 +54,13 @@ def run_outcome(finished: Finished) -> tuple[Status, str, dict[int, CellReport]]
         log = (folder / "log").read_text(errors="replace")[-400:].strip()
     except OSError:
         log = ""
+    explained = None if finished.exitcode is None else ChildExit.explain(finished.exitcode)
     if finished.exitcode is not None and finished.exitcode < 0:
         name = signal.Signals(-finished.exitcode).name
         why = f"the process was killed by {name}"
         why += {"SIGSEGV": " (a segmentation fault)", "SIGXCPU": " (it used up its CPU time)"}.get(name, "")
-    elif ChildExit.explain(finished.exitcode) is not None:
-        why = ChildExit.explain(finished.exitcode)
+    elif explained is not None:
+        why = explained
     else:
         why = f"the process exited with status {finished.exitcode} (os._exit or sys.exit?)"
     return Status.CRASHED, why + (f"; last output: {log}" if log else ""), report
@@ -84,7 +86,7 @@ def memory_budgets(
         if not is_test_cell(cell):
             continue
         checks = expected.get(cell.metadata.nbgrader["grade_id"], [])
-        found = [known[c.exercise] for c in checks if known.get(c.exercise)]
+        found = [budget for c in checks if (budget := known.get(c.exercise))]
         if found:
             budgets[index] = min(found)
     return budgets
@@ -118,12 +120,12 @@ def delegation_of(
     }
     delegation = analyse(solutions, given, editable=editable)
     if report is not None:
-        tests = {
+        test_cells = {
             i: c.metadata.nbgrader["grade_id"]
             for i, c in enumerate(submitted.cells)
             if c.cell_type == "code" and is_test_cell(c)
         }
-        delegation.add_trace(report, tests)
+        delegation.add_trace(report, test_cells)
     return delegation
 
 
@@ -170,7 +172,7 @@ def score_notebook(
         line = report.get(index)
         outputs = line.outputs if line else []
         if not is_test_cell(cell):
-            cell.outputs = [nbformat.from_dict(o) for o in outputs]
+            cell.outputs = [notebook_node(o) for o in outputs]
             if is_manual_cell(cell):  # a graded solution cell: manual, as in nbgrader
                 tests.append(
                     TestResult(
@@ -184,7 +186,7 @@ def score_notebook(
                 )
             continue
         kept = [o for o in outputs if o["output_type"] in ("stream", "error")]
-        cell.outputs = [nbformat.from_dict(o) for o in kept]
+        cell.outputs = [notebook_node(o) for o in kept]
         status, message = test_verdict(
             line, kept, expected.get(meta["grade_id"], []), timed_out, salt, answers
         )
@@ -202,7 +204,7 @@ def score_notebook(
         max_points = cell_points(cell)
         if status is not TestStatus.PASSED and first_error(kept) is None:
             cell.outputs.append(
-                nbformat.from_dict(
+                notebook_node(
                     {
                         "output_type": "error",
                         "ename": "GradingFailure",
@@ -226,7 +228,7 @@ def score_notebook(
 
 def test_verdict(
     line: CellReport | None,
-    outputs: list[dict],
+    outputs: list[dict[str, Any]],
     expected: list[ExpectedCheck],
     timed_out: bool,
     salt: int = 0,
