@@ -35,7 +35,7 @@ def late_penalties(run: Run, sub: Submission, jobs: list[NotebookJob], result: S
     submission = run.gradebook.find_submission(sub.assignment, sub.student)
     flag_clock_skew(run.gradebook, sub, result)
     if submission.timestamp is not None and submission.duedate is not None:
-        result.late_by_seconds = round(submission.total_seconds_late, 3)
+        result.late_by_seconds = round(float(submission.total_seconds_late), 3)  # nbgrader: 0 when on time
     result.penalty = round(float(submission.late_submission_penalty or 0.0), 6)
 
 
