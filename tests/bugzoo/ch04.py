@@ -169,6 +169,27 @@ def merge_heads(X):
         expect="computed from the query",
     ),
     Bug(
+        # keys from the query, values from the value, attention written out: where n_q != n_k,
+        # weights (n_q, n_q) @ v (n_k, d_head) raises. (The given attention, torch's CPU
+        # scaled_dot_product_attention, checks no K/V length: it reads past V's end, and its
+        # backward crashed the process natively, munmap_chunk.)
+        exercise="MultiHeadAttention",
+        name="keys_from_query",
+        code=_mha("""
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(query), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return self.W_o(merge_heads(weights @ v)), weights
+"""),
+        # the visible cases have n_q != n_k, so it raises there, and the shape hint names it
+        expect="keys or values were computed from the query",
+    ),
+    Bug(
         exercise="MultiHeadAttention",
         name="mask_inverted",
         code=_mha("""
