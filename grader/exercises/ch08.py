@@ -20,6 +20,7 @@ import torch
 from attention_learner.torch_cases import tensor
 from grader.exercises.ch08_decoding_bugs import COUNT_BUGS, DECODE_BUGS, SAMPLE_BUGS, TOP_K_MINUS_ONE
 from grader.exercises.ch08_models import (
+    Outputs,
     decode_counts,
     draw,
     id_tensor,
@@ -36,7 +37,7 @@ from grader.exercises.ch08_training_bugs import (
     TRANSLATOR_BUGS,
     value_only,
 )
-from grader.exercises.spec import Arrays, Inputs, exercise
+from grader.exercises.spec import Inputs, exercise
 from grader.reference.seq2seq import (
     shift_right,
     torch_transformer_logits,
@@ -45,20 +46,20 @@ from grader.reference.seq2seq import (
 )
 
 
-def _loss_reference(inputs: Inputs) -> Arrays:
+def _loss_reference(inputs: Inputs) -> Outputs:
     loss = translation_loss(tensor(inputs["logits"]), id_tensor(inputs, "targets"), inputs["pad_id"],
                             inputs["label_smoothing"])  # fmt: skip
     return {"loss": loss.reshape(1)}
 
 
-def _loss_gradient_reference(inputs: Inputs) -> Arrays:
+def _loss_gradient_reference(inputs: Inputs) -> Outputs:
     logits = tensor(inputs["logits"], grad=True)
     loss = translation_loss(logits, id_tensor(inputs, "targets"), inputs["pad_id"], inputs["label_smoothing"])
     loss.backward()
     return {"loss": loss.reshape(1), "dlogits": logits.grad}
 
 
-def _translator_reference(inputs: Inputs) -> Arrays:
+def _translator_reference(inputs: Inputs) -> Outputs:
     model = reference_translator(inputs)
     src, tgt_in = id_tensor(inputs, "src"), id_tensor(inputs, "tgt_in")
     with torch.no_grad():
@@ -67,26 +68,26 @@ def _translator_reference(inputs: Inputs) -> Arrays:
     return {"logits": logits, "decoded": logits, "memory": memory}
 
 
-def _translator_torch_reference(inputs: Inputs) -> Arrays:
+def _translator_torch_reference(inputs: Inputs) -> Outputs:
     model = reference_translator(inputs)
     with torch.no_grad():
         src, tgt_in = id_tensor(inputs, "src"), id_tensor(inputs, "tgt_in")
         return {"logits": torch_transformer_logits(model, src, tgt_in)}
 
 
-def _train_reference(inputs: Inputs) -> Arrays:
+def _train_reference(inputs: Inputs) -> Outputs:
     return run_steps(inputs, lambda m, o, s, t, i: train_step(m, o, s, t, i["pad_id"], i["bos_id"]))
 
 
-def _decode_reference(inputs: Inputs) -> Arrays:
+def _decode_reference(inputs: Inputs) -> Outputs:
     return {"ids": uncached_ids(inputs)}
 
 
-def _counts_reference(inputs: Inputs) -> Arrays:
+def _counts_reference(inputs: Inputs) -> Outputs:
     return decode_counts(inputs, uncached_ids(inputs))
 
 
-def _sample_reference(inputs: Inputs) -> Arrays:
+def _sample_reference(inputs: Inputs) -> Outputs:
     return draw(inputs)
 
 

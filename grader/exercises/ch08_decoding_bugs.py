@@ -5,17 +5,17 @@ sample_next_token, each a model of the mistake run on the case's inputs.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from attention_learner.torch_cases import tensor
-from grader.exercises.ch08_models import decode_counts, draw, id_tensor, stand_in, uncached_ids
-from grader.exercises.spec import Arrays, Inputs
+from grader.exercises.ch08_models import Outputs, decode_counts, draw, id_tensor, stand_in, uncached_ids
+from grader.exercises.spec import Inputs
 from grader.reference.at_scale import KVCache
 from grader.reference.multi_head import merge_heads, split_heads
 from grader.reference.scaled_dot_product import scaled_dot_product_attention_torch
-from grader.reference.transformer import key_padding
+from grader.reference.transformer import DecoderLayer, key_padding
 
 
 @torch.no_grad()
@@ -28,14 +28,22 @@ def _cached_variant(
     pad_after_eos: bool = True,
     stop: str = "all",
     fill: str = "eos",
-) -> Arrays:
-    """Cached greedy decoding of the stand-in with one classic mistake switched on."""
+    norm: str = "post",
+    self_scale: bool = True,
+    self_softmax: str = "keys",
+) -> Outputs:
+    """Cached greedy decoding of the stand-in with one classic mistake switched on.
+
+    ``stop``: "all" (right), "never", "any" (at the first EOS of any sentence), "first" (when
+    sentence 0 has emitted EOS); ``norm``: "post" (the given layers') or "pre"; self-attention
+    unscaled, or its softmax over the query axis (of size 1: every cached value weighs 1). (The
+    argmax over the batch axis raises on every case, B != tgt_vocab: the case's call names it.)"""
     model = stand_in(inputs)
     src = id_tensor(inputs, "src")
     bos, eos, max_len = inputs["bos_id"], inputs["eos_id"], inputs["max_len"]
     memory = model.encode(src)
     src_keys = key_padding(src != model.pad_id) if source_mask else None
-    layers = list(model.decoder_layers)
+    layers = cast(list[DecoderLayer], list(model.decoder_layers))
     h = model.num_heads
     cross = [(split_heads(layer.cross_attn.W_k(memory), h), split_heads(layer.cross_attn.W_v(memory), h))
              for layer in layers]  # fmt: skip
@@ -50,17 +58,23 @@ def _cached_variant(
         y = model.tgt_embed(token) * (math.sqrt(model.d_model) if scale else 1.0) + model.pe[where]
         for layer, layer_cache, (k_x, v_x) in zip(layers, caches, cross, strict=True):
             attn = layer.self_attn
-            q = split_heads(attn.W_q(y), h)
-            k_new, v_new = split_heads(attn.W_k(y), h), split_heads(attn.W_v(y), h)
+            x = layer.norm1(y) if norm == "pre" else y  # pre-norm: each sublayer reads norm(y)
+            q = split_heads(attn.W_q(x), h)
+            k_new, v_new = split_heads(attn.W_k(x), h), split_heads(attn.W_v(x), h)
             k, v = (k_new, v_new) if cache == "none" else layer_cache.append(k_new, v_new)
             if cache == "newest_twice":  # the cache's keys, the new one again: (B, h, t + 2, d_head)
                 k, v = torch.cat([k, k_new], dim=-2), torch.cat([v, v_new], dim=-2)
-            heads, _ = scaled_dot_product_attention_torch(q, k, v)
-            y = layer.norm1(y + attn.W_o(merge_heads(heads)))
-            q = split_heads(layer.cross_attn.W_q(y), h)
+            if self_softmax == "queries":  # a softmax over one query: weight 1 on every key
+                heads = v.sum(dim=-2, keepdim=True)  # (B, h, 1, d_head)
+            else:
+                heads, _ = scaled_dot_product_attention_torch(q, k, v, scale=None if self_scale else 1.0)
+            y = _sublayer(layer.norm1, y, attn.W_o(merge_heads(heads)), norm)
+            x = layer.norm2(y) if norm == "pre" else y
+            q = split_heads(layer.cross_attn.W_q(x), h)
             heads, _ = scaled_dot_product_attention_torch(q, k_x, v_x, src_keys)
-            y = layer.norm2(y + layer.cross_attn.W_o(merge_heads(heads)))
-            y = layer.norm3(y + layer.ff(y))
+            y = _sublayer(layer.norm2, y, layer.cross_attn.W_o(merge_heads(heads)), norm)
+            x = layer.norm3(y) if norm == "pre" else y
+            y = _sublayer(layer.norm3, y, layer.ff(x), norm)
         next_id = model.output_proj(y[:, -1]).argmax(-1)
         if pad_after_eos:
             finished_id = eos if fill == "eos" else model.pad_id
@@ -68,14 +82,25 @@ def _cached_variant(
         out.append(next_id)
         finished |= next_id == eos
         token = next_id[:, None]
-        if stop == "all" and bool(finished.all()):
+        if (stop == "all" and bool(finished.all())) or (stop == "any" and bool(finished.any())):
+            break
+        if stop == "first" and bool(finished[0]):
             break
     return {"ids": torch.stack(out, dim=1)}
+
+
+def _sublayer(layer_norm: torch.nn.Module, y: torch.Tensor, update: torch.Tensor, norm: str) -> torch.Tensor:
+    """Post-norm: norm(y + update); pre-norm: y + update (the update read norm(y))."""
+    return y + update if norm == "pre" else layer_norm(y + update)
 
 
 def _cached_bug(**switches: Any):
     return lambda inputs: _cached_variant(inputs, **switches)
 
+
+#: the words shared by the two ways of stopping before every sentence has finished (on a case
+#: where both stop at the same step, either model explains the output)
+STOPPED_EARLY = "decoding that stopped before every sentence had emitted EOS"
 
 DECODE_BUGS = {
     "a KV cache that is not used: each step's query attends to the new token only (append its key and "
@@ -100,13 +125,23 @@ DECODE_BUGS = {
     ),
     "decoding that runs all max_len steps instead of stopping "
     "when every sentence has emitted EOS": _cached_bug(stop="never"),
+    f"{STOPPED_EARLY} (at the first EOS of any sentence): stop when all have, a finished sentence "
+    "repeating eos_id meanwhile": _cached_bug(stop="any"),
+    f"{STOPPED_EARLY} (when the first sentence emitted it): stop when all have, a finished sentence "
+    "repeating eos_id meanwhile": _cached_bug(stop="first"),
+    "pre-norm sublayers, y + sublayer(norm(y)): the given decoder layers are post-norm, "
+    "y = layer.norm1(y + self-attention(y)), and so on": _cached_bug(norm="pre"),
+    "self-attention's scores not divided by sqrt(d_head) (the first step, with one cached key, "
+    "does not show it)": _cached_bug(self_scale=False),
+    "self-attention's softmax taken over the query axis (dim=-2, of size 1 at each step, so "
+    "every cached value got weight 1) instead of over the keys (dim=-1)": _cached_bug(self_softmax="queries"),
 }
 
 
 def _counted(encode: str = "once", cross: str = "once", queries: str = "new"):
     """The ids of a right decode with the counts of a wasteful one."""
 
-    def bug(inputs: Inputs) -> Arrays:
+    def bug(inputs: Inputs) -> Outputs:
         ids = uncached_ids(inputs)
         T = ids.shape[1]
         return decode_counts(inputs, ids, encode=T if encode == "every_step" else None,
@@ -118,7 +153,34 @@ def _counted(encode: str = "once", cross: str = "once", queries: str = "new"):
 
 def _with_counts(bug):
     """A bug of the ids, with the counts a cached decode of that many steps makes."""
-    return lambda inputs: decode_counts(inputs, bug(inputs)["ids"])
+
+    def counted(inputs: Inputs) -> Outputs:
+        outputs = bug(inputs)
+        return decode_counts(inputs, outputs["ids"]) if outputs else {}
+
+    return counted
+
+
+def _one_sentence_at_a_time(encode: str):
+    """The right ids, decoded sentence by sentence (a batch of one each, each stopping at its
+    own EOS): per layer, the source projected once per sentence and one query per sentence
+    and step; model.encode called per sentence (``encode="per_sentence"``) or once."""
+
+    def bug(inputs: Inputs) -> Outputs:
+        ids = uncached_ids(inputs)
+        B, T = ids.shape
+        if B == 1:
+            return {}  # a batch of one: nothing to tell apart
+        ended = ids == inputs["eos_id"]  # (B, T)
+        steps = torch.where(ended.any(dim=1), ended.int().argmax(dim=1) + 1, torch.tensor(T))  # (B,)
+        return decode_counts(inputs, ids, encode=B if encode == "per_sentence" else 1, cross=B,
+                             queries=int(steps.sum()))  # fmt: skip
+
+    return bug
+
+
+#: the words shared by the two per-sentence decodes (with model.encode called per sentence or once)
+ONE_SENTENCE_AT_A_TIME = "the sentences decoded one at a time (a loop over the batch)"
 
 
 COUNT_BUGS = {
@@ -136,6 +198,12 @@ COUNT_BUGS = {
     "the encoder ran at every step: call model.encode(src) once, before the loop": _counted(
         encode="every_step"
     ),
+    f"{ONE_SENTENCE_AT_A_TIME}, model.encode called for each: decode the whole batch together, "
+    "one encode call and, at each step, one new token per sentence in each layer": _one_sentence_at_a_time(
+        "per_sentence"
+    ),
+    f"{ONE_SENTENCE_AT_A_TIME}: decode the whole batch together, the source projected once per "
+    "layer and, at each step, one new token per sentence in each layer": _one_sentence_at_a_time("once"),
     # the mistakes in the ids, with the counts of a cached decode (the ending rules are the
     # first test's business: the counts cases seldom end a sentence)
     **{
@@ -152,11 +220,11 @@ def _if_sampling(bug):
     return lambda inputs: {} if inputs["temperature"] == 0 else bug(inputs)
 
 
-def _multiplied(inputs: Inputs) -> Arrays:
+def _multiplied(inputs: Inputs) -> Outputs:
     return draw(inputs, logits=tensor(inputs["logits"]) * inputs["temperature"], temperature=1.0)
 
 
-def _smallest_k(inputs: Inputs) -> Arrays:
+def _smallest_k(inputs: Inputs) -> Outputs:
     k, logits = inputs["top_k"], tensor(inputs["logits"])
     if k is None or k >= logits.shape[-1]:
         return {}
@@ -164,7 +232,7 @@ def _smallest_k(inputs: Inputs) -> Arrays:
     return draw(inputs, logits=logits.masked_fill(logits > kth, float("-inf")), top_k=None)
 
 
-def _over_the_batch(inputs: Inputs) -> Arrays:
+def _over_the_batch(inputs: Inputs) -> Outputs:
     z = tensor(inputs["logits"]) / inputs["temperature"]
     k = inputs["top_k"]
     if k is not None and k < z.shape[-1]:
@@ -174,7 +242,7 @@ def _over_the_batch(inputs: Inputs) -> Arrays:
     return {"ids": torch.multinomial(p, 1, generator=generator).squeeze(-1)}
 
 
-def _top_k_off_by(inputs: Inputs, change: int) -> Arrays:
+def _top_k_off_by(inputs: Inputs, change: int) -> Outputs:
     """The draw with top_k + change tokens kept (where that is another filter than top_k's)."""
     k, vocab = inputs["top_k"], inputs["logits"].shape[-1]
     if k is None or k >= vocab or not 1 <= k + change < vocab:

@@ -6,7 +6,8 @@ right cached decode, the train_step loop and the seeded draw.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -19,40 +20,52 @@ from attention_learner.cases.ch08 import (
     toy_model,
 )
 from attention_learner.torch_cases import load_weights, tensor
-from grader.exercises.spec import Arrays, Inputs
+from grader.exercises.spec import Inputs
 from grader.reference.seq2seq import (
     TinyTranslator,
     greedy_decode,
     sample_next_token,
 )
 
+T = TypeVar("T")
+
+#: what the references and classic bugs return: raw outputs (tensors), made arrays by the
+#: exercise (``to_numpy``)
+Outputs = dict[str, Any]
+
+#: the constructor's arguments of a case's model: (src_vocab, tgt_vocab, d_model, num_heads,
+#: d_ff, num_layers, pad_id)
+ModelArgs = tuple[int, int, int, int, int, int, int]
+
 
 def id_tensor(inputs: Inputs, key: str) -> torch.Tensor:
     return torch.from_numpy(np.array(inputs[key], dtype=np.int64))
 
 
-def once_per_inputs(build):
+def once_per_inputs(build: Callable[[Inputs], T]) -> Callable[[Inputs], T]:
     """``build(inputs)``, built once for the inputs it was last asked about: the reference and
     every classic bug of one case share one model (none of them changes its weights)."""
     last: dict[str, Any] = {}
 
-    def cached(inputs: Inputs) -> Any:
+    def cached(inputs: Inputs) -> T:
         if last.get("inputs") is not inputs:
             last.clear()
             last["inputs"], last["value"] = inputs, build(inputs)  # holding inputs keeps its id unique
-        return last["value"]
+        value: T = last["value"]
+        return value
 
     return cached
 
 
 @once_per_inputs
 def reference_translator(inputs: Inputs) -> TinyTranslator:
-    model = TinyTranslator(*inputs["args"], max_len=64).double()
+    args: ModelArgs = inputs["args"]
+    model = TinyTranslator(*args, max_len=64).double()
     load_weights(model, inputs["state"], TRANSLATOR_CONTRACT)
     return model.eval()
 
 
-def run_steps(inputs: Inputs, step) -> Arrays:
+def run_steps(inputs: Inputs, step) -> Outputs:
     model = toy_model(inputs)
     optimizer = make_optimizer(inputs["optimizer"], model.parameters(), inputs["lr"])
     losses, outputs = [], {}
@@ -72,7 +85,8 @@ class StandInReference(TinyTranslator):
 
 @once_per_inputs
 def stand_in(inputs: Inputs) -> StandInReference:
-    model = StandInReference(*inputs["args"], max_len=64).double()
+    args: ModelArgs = inputs["args"]
+    model = StandInReference(*args, max_len=64).double()
     load_weights(model, inputs["state"], STAND_IN_ATTRIBUTES)
     return model.eval()
 
@@ -84,7 +98,7 @@ def uncached_ids(inputs: Inputs) -> torch.Tensor:
 
 
 def decode_counts(inputs: Inputs, ids: torch.Tensor, encode: int | None = None, cross: int | None = None,
-            queries: int | None = None) -> Arrays:  # fmt: skip
+            queries: int | None = None) -> Outputs:  # fmt: skip
     """The counts of a decode of T = ids.shape[1] steps (those of a right one where not given)."""
     layers = inputs["args"][5]
     steps = ids.shape[1]
@@ -98,7 +112,7 @@ def decode_counts(inputs: Inputs, ids: torch.Tensor, encode: int | None = None, 
 
 
 def draw(inputs: Inputs, logits: torch.Tensor | None = None, temperature: float | None = None,
-            top_k: Any = "same", seed_offset: int = 0) -> Arrays:  # fmt: skip
+            top_k: Any = "same", seed_offset: int = 0) -> Outputs:  # fmt: skip
     generator = torch.Generator().manual_seed(inputs["generator_seed"] + seed_offset)
     logits = tensor(inputs["logits"]) if logits is None else logits
     t = inputs["temperature"] if temperature is None else temperature

@@ -6,20 +6,20 @@ learner's: a bug is named only where its model reproduces them).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from attention_learner.torch_cases import tensor
-from grader.exercises.ch08_models import id_tensor, reference_translator, run_steps
-from grader.exercises.spec import Arrays, Inputs
+from grader.exercises.ch08_models import Outputs, id_tensor, reference_translator, run_steps
+from grader.exercises.spec import Inputs
 from grader.reference.seq2seq import (
     log_softmax,
     shift_right,
     translation_loss,
 )
-from grader.reference.transformer import causal_mask, key_padding
+from grader.reference.transformer import DecoderLayer, causal_mask, key_padding
 
 # ---------------------------------------------------------------- shift_right
 
@@ -64,7 +64,7 @@ def _per_token(log_p: torch.Tensor, targets: torch.Tensor, eps: float) -> torch.
 def _loss_bug(variant):
     """A classic mistake of the loss, as values and gradients: ``variant(inputs, logits)``."""
 
-    def bug(inputs: Inputs) -> Arrays:
+    def bug(inputs: Inputs) -> Outputs:
         logits = tensor(inputs["logits"], grad=True)
         loss = variant(inputs, logits)
         if loss is None:
@@ -145,7 +145,7 @@ DETACHED_LSE = (
 def value_only(bug):
     """A loss bug's value without its gradient (for the case that compares the value only)."""
 
-    def value(inputs: Inputs) -> Arrays:
+    def value(inputs: Inputs) -> Outputs:
         outputs = bug(inputs)
         return {"loss": outputs["loss"]} if outputs else {}
 
@@ -180,16 +180,18 @@ def _translator_variant(
     causal: bool = True,
     target_embedding: str = "tgt",
     pad_id: int | None = None,
-) -> Arrays:
+    table: torch.dtype = torch.float64,
+) -> Outputs:
     """The logits of the reference's weights with one classic mistake switched on."""
     model = reference_translator(inputs)
     src, tgt_in = id_tensor(inputs, "src"), id_tensor(inputs, "tgt_in")
     pad = inputs["pad_id"] if pad_id is None else pad_id
     d = model.d_model
+    pe = model.pe.to(table).to(torch.float64)  # a float32 table: every entry rounded
 
     def embed(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
         x = embedding(ids) * (math.sqrt(d) if scale else 1.0)
-        return x + model.pe[: ids.shape[1]] if positions else x
+        return x + pe[: ids.shape[1]] if positions else x
 
     src_pad, tgt_pad = src != pad, tgt_in != pad
     masks = {"right": src_pad, "none": None, "inverted": ~src_pad}
@@ -202,7 +204,7 @@ def _translator_variant(
         own = causal_mask(n) if causal else torch.ones(n, n, dtype=torch.bool)
         if target_padding:
             own = own & key_padding(tgt_pad)
-        for layer in model.decoder_layers:
+        for layer in cast(list[DecoderLayer], list(model.decoder_layers)):
             y = layer.norm1(y + layer.self_attn(y, y, y, own)[0])
             y = layer.norm2(y + layer.cross_attn(y, x, x, key_padding(masks[cross_mask]))[0])
             y = layer.norm3(y + layer.ff(y))
@@ -210,7 +212,7 @@ def _translator_variant(
 
 
 def _translator_bug(**switches: Any):
-    def bug(inputs: Inputs) -> Arrays:
+    def bug(inputs: Inputs) -> Outputs:
         if switches.get("pad_id") == inputs["pad_id"]:
             return {}  # the mistake does not show with this pad_id
         return _translator_variant(inputs, **switches)
@@ -240,6 +242,8 @@ TRANSLATOR_BUGS = {
         target_embedding="src"
     ),
     "masks built with pad_id 0 instead of the model's pad_id": _translator_bug(pad_id=0),
+    "the positional table kept in float32 (its entries off by about 1e-7): keep it float64, as "
+    "positional_encoding returns it, and add it with .to(x.dtype)": _translator_bug(table=torch.float32),
 }
 TORCH_TRANSLATOR_BUGS = {k: v for k, v in TRANSLATOR_BUGS.items()}
 

@@ -221,6 +221,37 @@ def greedy_decode_cached(model, src, max_len, bos_id, eos_id):
     return tgt[:, 1:]
 '''
 
+_NEXT_ID = "next_id = model.output_proj(y[:, -1]).argmax(dim=-1)"
+_SELF_ATTENTION = 'out = F.scaled_dot_product_attention(heads(attn.W_q(y)), cache["k"], cache["v"])'
+
+_ONE_SENTENCE_AT_A_TIME = '''
+
+@torch.no_grad()
+def greedy_decode_cached(model, src, max_len, bos_id, eos_id):
+    """Each sentence decoded alone (a batch of one), then the rows padded with eos_id."""
+    rows = [decode_one(model, src[b : b + 1], max_len, bos_id, eos_id)[0] for b in range(src.shape[0])]
+    T = max(len(row) for row in rows)
+    return torch.stack([torch.cat([row, torch.full((T - len(row),), eos_id)]) for row in rows])
+'''
+
+
+def _pre_norm(code: str) -> str:
+    """The decode with each sublayer written pre-norm: y + sublayer(norm(y))."""
+    for old, new in (
+        (
+            "attn = layer.self_attn\n",
+            "attn = layer.self_attn\n            x = y\n            y = layer.norm1(y)\n",
+        ),
+        ("y = layer.norm1(y + attn.W_o(merge(out)))", "y = x + attn.W_o(merge(out))"),
+        ("q = heads(layer.cross_attn.W_q(y))", "q = heads(layer.cross_attn.W_q(layer.norm2(y)))"),
+        ("y = layer.norm2(y + layer.cross_attn.W_o(merge(out)))", "y = y + layer.cross_attn.W_o(merge(out))"),
+        ("y = layer.norm3(y + layer.ff(y))", "y = y + layer.ff(layer.norm3(y))"),
+    ):
+        assert old in code, old
+        code = code.replace(old, new)
+    return code
+
+
 # ---------------------------------------------------------------- sample_next_token
 
 _SAMPLE = """
@@ -393,6 +424,15 @@ def shift_right(tgt, bos_id):
     ),
     Bug(
         "TinyTranslator",
+        "float32-positional-table",
+        _translator(
+            pe='self.register_buffer("pe", torch.tensor(positional_encoding(max_len, d_model), '
+            "dtype=torch.float32), persistent=False)"
+        ),
+        expect="the positional table kept in float32",
+    ),
+    Bug(
+        "TinyTranslator",
         "one-layer-repeated",
         _translator().replace(
             "nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff) for _ in range(num_layers))",
@@ -501,6 +541,50 @@ def shift_right(tgt, bos_id):
         _decode(after_eos="next_id = torch.where(finished, torch.full_like(next_id, model.pad_id), next_id)"),
         expect="padded with pad_id after its EOS",
     ),
+    Bug(
+        "greedy_decode_cached",
+        "argmax-over-the-batch",
+        _decode().replace(_NEXT_ID, _NEXT_ID.replace("dim=-1", "dim=0")),
+        expect="the argmax taken over the batch axis",
+    ),
+    Bug(
+        "greedy_decode_cached",
+        "stops-at-the-first-eos",
+        _decode().replace("if finished.all():", "if finished.any():"),
+        expect="stopped before every sentence had emitted EOS",
+    ),
+    Bug(
+        "greedy_decode_cached",
+        "stops-when-the-first-sentence-ends",
+        _decode().replace("if finished.all():", "if next_id[0] == eos_id:"),
+        expect="stopped before every sentence had emitted EOS",
+    ),
+    Bug(
+        "greedy_decode_cached",
+        "one-sentence-at-a-time",
+        _decode().replace("def greedy_decode_cached(", "def decode_one(") + _ONE_SENTENCE_AT_A_TIME,
+        expect="the sentences decoded one at a time",
+    ),
+    Bug(
+        "greedy_decode_cached",
+        "self-attention-softmax-over-the-queries",
+        _decode().replace(
+            _SELF_ATTENTION,
+            'scores = heads(attn.W_q(y)) @ cache["k"].transpose(-2, -1) / math.sqrt(d_model // h)\n'
+            '            out = torch.softmax(scores, dim=-2) @ cache["v"]',
+        ),
+        expect="softmax taken over the query axis",
+    ),
+    Bug(
+        "greedy_decode_cached",
+        "self-attention-not-scaled",
+        _decode().replace(
+            _SELF_ATTENTION,
+            'out = torch.softmax(heads(attn.W_q(y)) @ cache["k"].transpose(-2, -1), dim=-1) @ cache["v"]',
+        ),
+        expect="self-attention's scores not divided by sqrt(d_head)",
+    ),
+    Bug("greedy_decode_cached", "pre-norm", _pre_norm(_decode()), expect="pre-norm sublayers"),
     # ---------------------------------------------------------------- sample_next_token
     Bug(
         "sample_next_token",

@@ -101,7 +101,9 @@ from attention_learner.cases.ch08.training import (
     train_hints,
 )
 from attention_learner.cases.ch08.translator import (
+    TRANSLATOR_ATOL,
     TRANSLATOR_CONTRACT,
+    TRANSLATOR_RTOL,
     build_translator,
     call_translator,
     describe_translator,
@@ -164,8 +166,8 @@ CASES = [
             "logits": "the logits of forward(src, tgt_in)",
             "memory": "encode(src) at the real positions",
         },
-        atol=1e-8,
-        rtol=1e-6,
+        atol=TRANSLATOR_ATOL,
+        rtol=TRANSLATOR_RTOL,
     ),
     Case(
         name="TinyTranslator__torch",
@@ -174,8 +176,8 @@ CASES = [
         describe=lambda p: "against nn.Transformer with the same weights, " + describe_translator(p),
         hints=translator_hints,
         labels={"logits": "the logits of forward(src, tgt_in)"},
-        atol=1e-8,
-        rtol=1e-6,
+        atol=TRANSLATOR_ATOL,
+        rtol=TRANSLATOR_RTOL,
     ),
     Case(
         name="train_step",

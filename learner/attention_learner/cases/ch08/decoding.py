@@ -8,7 +8,7 @@ projections of the source's keys and values, and query positions projected.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -45,7 +45,8 @@ class DecodingStandIn(nn.Module):
         self.output_proj = nn.Linear(d_model, tgt_vocab)
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:
-        return self.src_embed(src)  # (B, n_src, d_model)
+        memory: torch.Tensor = self.src_embed(src)  # (B, n_src, d_model)
+        return memory
 
 
 STAND_IN_ATTRIBUTES = (
@@ -97,11 +98,36 @@ def make_cached_decode_inputs(
 
 
 def stand_in_model(inputs: Inputs) -> DecodingStandIn:
-    return build_module(DecodingStandIn, inputs["args"], inputs["state"], STAND_IN_ATTRIBUTES).eval()
+    model = build_module(DecodingStandIn, inputs["args"], inputs["state"], STAND_IN_ATTRIBUTES)
+    return cast(DecodingStandIn, model.eval())
 
 
-def _decode(fn: Any, model: nn.Module, inputs: Inputs) -> torch.Tensor:
+def _watch_steps(model: DecodingStandIn) -> list[tuple[str, torch.Tensor]]:
+    """Record, in order, the ids each call of ``model.tgt_embed`` embeds ("embed") and the
+    logits each call of ``model.output_proj`` returns ("logits")."""
+    events: list[tuple[str, torch.Tensor]] = []
+    model.tgt_embed.register_forward_pre_hook(lambda m, args: events.append(("embed", args[0].detach())))
+    model.output_proj.register_forward_hook(lambda m, args, out: events.append(("logits", out.detach())))
+    return events
+
+
+def _batch_argmax(events: list[tuple[str, torch.Tensor]], error: str, B: int) -> bool:
+    """Whether the next token was the argmax over the batch axis of the (B, V) logits: the ids
+    fed back are ``logits.argmax(dim=0)``, V of them, or the error came between the output
+    layer and the next embedding with V where B belongs."""
+    logits = [value for kind, value in events if kind == "logits" and value.ndim == 2 and value.shape[0] == B]
+    if not logits or logits[-1].shape[1] == B:
+        return False
+    V = logits[-1].shape[1]
+    if events[-1][0] == "logits":  # raised while choosing or storing the next token
+        return f"({V})" in error or f"[{V}]" in error
+    fed = events[-1][1]
+    return fed.shape[0] == V and torch.equal(fed.reshape(-1), logits[-1].argmax(dim=0))
+
+
+def _decode(fn: Any, model: DecodingStandIn, inputs: Inputs) -> torch.Tensor:
     src = int_tensor(inputs["src"])
+    events = _watch_steps(model)
     try:
         ids = fn(model, src, inputs["max_len"], inputs["bos_id"], inputs["eos_id"])
     except AttributeError as exc:
@@ -109,7 +135,13 @@ def _decode(fn: Any, model: nn.Module, inputs: Inputs) -> torch.Tensor:
             f"{exc}. The test's model offers {STAND_IN_ATTRIBUTES}: use only these."
         ) from exc
     except RuntimeError as exc:
-        if "size" not in str(exc):
+        if _batch_argmax(events, str(exc), src.shape[0]):
+            raise RuntimeError(
+                f"{exc}\n(This is the argmax taken over the batch axis: argmax(dim=0) of the (B, V) "
+                "logits gives one id per vocabulary entry. The next token of each sentence is the "
+                "argmax over the vocabulary, argmax(dim=-1), shape (B,).)"
+            ) from exc
+        if "size" not in str(exc) or sum(kind == "embed" for kind, _ in events) < 2:
             raise
         raise RuntimeError(
             f"{exc}\n(If a KV cache appends along an axis other than the sequence axis, -2 of "
@@ -120,11 +152,11 @@ def _decode(fn: Any, model: nn.Module, inputs: Inputs) -> torch.Tensor:
     return ids
 
 
-def call_cached_decode(fn: Any, inputs: Inputs) -> Arrays:
+def call_cached_decode(fn: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     return {"ids": _decode(fn, stand_in_model(inputs), inputs)}
 
 
-def call_cached_decode_counts(fn: Any, inputs: Inputs) -> Arrays:
+def call_cached_decode_counts(fn: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     model = stand_in_model(inputs)
     counts = count_calls(model)
     ids = _decode(fn, model, inputs)
@@ -173,12 +205,8 @@ def cached_decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[s
             "Decoding ran all max_len steps although every sentence had emitted EOS earlier: stop "
             "as soon as all of them have finished."
         )
-    if ids.shape == want.shape and np.array_equal(ids[:, :1], want[:, :1]) and not np.array_equal(ids, want):
-        hints.append(
-            "The first token is right and later ones are not: at step t the new token must see "
-            "the cached keys and values of every earlier position in each layer, and sit at "
-            "position t of the positional encoding."
-        )
+    if ids.shape == want.shape and not np.array_equal(ids, want):
+        hints += _wrong_step_hints(ids, want, inputs["eos_id"])
     for key, what in (
         ("encode_calls", "model.encode ran {}: call it once, before the loop."),
         (
@@ -198,11 +226,7 @@ def cached_decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[s
             continue
         if not np.array_equal(count, expected[key]):
             if key == "query_rows":
-                hints.append(
-                    what.format(
-                        count_text(int(count.max()), "query position"), count_text(want.shape[1], "step")
-                    )
-                )
+                hints += _query_rows_hints(count, ids, inputs["eos_id"], what)
             elif count.max() == 0:
                 hints.append(
                     f"{key.replace('_', ' ')}: no call was seen. Project with the modules "
@@ -211,6 +235,51 @@ def cached_decode_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[s
             else:
                 hints.append(what.format(count_text(int(count.max()), "time")))
     return hints
+
+
+def _steps_per_sentence(ids: np.ndarray, eos_id: int) -> np.ndarray:
+    """(B,): the steps each sentence takes alone, up to its first EOS (T if it has none)."""
+    ended = ids == eos_id
+    steps: np.ndarray = np.where(ended.any(axis=1), ended.argmax(axis=1) + 1, ids.shape[1])
+    return steps
+
+
+def _wrong_step_hints(ids: np.ndarray, want: np.ndarray, eos_id: int) -> list[str]:
+    """Where ids of the right shape go wrong: only after a sentence's EOS, or after a right
+    first token."""
+    real = np.arange(want.shape[1]) < _steps_per_sentence(want, eos_id)[:, None]  # up to each EOS
+    if np.array_equal(ids[real], want[real]):
+        return [
+            "Every sentence is right up to its first EOS and wrong after it: a sentence that has "
+            "produced eos_id only repeats eos_id."
+        ]
+    if np.array_equal(ids[:, :1], want[:, :1]):
+        return [
+            "The first token is right and a later one is not. From step 1 on, self-attention reads "
+            "more than one position: in each layer, the new token attends over that layer's own "
+            "cache (every earlier position and itself, appended along the sequence axis), with the "
+            "scores divided by sqrt(d_head) and the softmax over the keys; and it sits at position t "
+            "of the positional encoding."
+        ]
+    return []
+
+
+def _query_rows_hints(count: np.ndarray, ids: np.ndarray | None, eos_id: int, what: str) -> list[str]:
+    """The hint on the query positions self-attention projected, per layer (``count``), for
+    the learner's own ``ids``: T steps project T positions with a KV cache."""
+    if ids is None or ids.ndim != 2:
+        return []
+    B, T = ids.shape
+    if np.all(count == T):
+        return []  # one query per step: the steps themselves are the ids' business
+    if B > 1 and np.all(count == _steps_per_sentence(ids, eos_id).sum()):
+        return [
+            f"Self-attention projected {count_text(int(count.max()), 'query position')} in each layer "
+            f"for {count_text(T, 'step')} of {B} sentences: one per sentence and step, as if the "
+            "sentences were decoded one at a time. Decode the batch together: each step projects "
+            "the new tokens of all the sentences at once, a (B, 1, d_model) input."
+        ]
+    return [what.format(count_text(int(count.max()), "query position"), count_text(T, "step"))]
 
 
 DECODE_LABELS = {

@@ -149,7 +149,7 @@ def make_pairs(
     sentences in ``exclude`` (tuples of English words) are skipped, for a held-out set."""
     rng = np.random.default_rng(seed)
     seen = set(exclude or ())
-    pairs = []
+    pairs: list[tuple[list[str], list[str]]] = []
     while len(pairs) < n:
         english = random_sentence(rng, int(rng.choice(list(clauses))))
         if tuple(english) in seen:

@@ -34,13 +34,21 @@ def make_sample_inputs(
     }
 
 
-def call_sample(fn: Any, inputs: Inputs) -> Arrays:
+def call_sample(fn: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     """fn(logits, temperature, top_k, generator) with a seeded generator; the global RNG is
     set to another seed meanwhile (and restored), so a draw from it shows."""
     generator = torch.Generator().manual_seed(inputs["generator_seed"])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(inputs["generator_seed"] + 1)
-        ids = fn(tensor(inputs["logits"]), inputs["temperature"], inputs["top_k"], generator)
+        try:
+            ids = fn(tensor(inputs["logits"]), inputs["temperature"], inputs["top_k"], generator)
+        except (RuntimeError, ZeroDivisionError) as exc:
+            if inputs["temperature"] != 0 or not (isinstance(exc, ZeroDivisionError) or "nan" in str(exc)):
+                raise  # not a division by temperature 0 (inf / inf is NaN where a draw follows)
+            raise type(exc)(
+                f"{exc}\n(With temperature 0, logits / temperature divides by zero: temperature 0 "
+                "means the argmax, logits.argmax(dim=-1), and no draw.)"
+            ) from exc
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"sample_next_token should return a tensor of ids, got {type(ids).__name__}")
     return {"ids": ids}

@@ -34,7 +34,7 @@ def make_shift_inputs(
     return {"tgt": padded_ids(rng, lengths, vocab, pad_id), "bos_id": bos_id}
 
 
-def call_shift(fn: Any, inputs: Inputs) -> Arrays:
+def call_shift(fn: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     """The decoder input, and whether the learner's function left its ``tgt`` as it was
     (train_step still needs tgt, unshifted, as the loss's target)."""
     tgt = int_tensor(inputs["tgt"])  # (B, n)
@@ -112,12 +112,12 @@ def _loss_value(fn: Any, logits: torch.Tensor, inputs: Inputs) -> torch.Tensor:
     return loss.reshape(1)
 
 
-def call_loss(fn: Any, inputs: Inputs) -> Arrays:
+def call_loss(fn: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     with torch.no_grad():
         return {"loss": _loss_value(fn, tensor(inputs["logits"]), inputs)}
 
 
-def call_loss_gradients(fn: Any, inputs: Inputs) -> Arrays:
+def call_loss_gradients(fn: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     logits = tensor(inputs["logits"], grad=True)
     loss = _loss_value(fn, logits, inputs)
     return {"loss": loss, **backward(loss, inputs["upstream"], {"logits": logits}, "translation_loss")}

@@ -36,7 +36,8 @@ class ToySeq2Seq(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         context = self.src_embed(src).mean(dim=1, keepdim=True)  # (B, 1, d)
-        return self.out(torch.tanh(self.tgt_embed(tgt_in) + context))  # (B, n_tgt, V)
+        logits: torch.Tensor = self.out(torch.tanh(self.tgt_embed(tgt_in) + context))  # (B, n_tgt, V)
+        return logits
 
 
 TOY_PARAMETERS = ("src_embed.weight", "tgt_embed.weight", "out.weight", "out.bias")
@@ -93,7 +94,7 @@ def flat_parameters(model: nn.Module) -> torch.Tensor:
     return torch.cat([params[name].detach().reshape(-1) for name in TOY_PARAMETERS])
 
 
-def call_train(fn: Any, inputs: Inputs) -> Arrays:
+def call_train(fn: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     """Run fn on each batch in turn; the losses it returned and the parameters after the
     first and the last step."""
     model = toy_model(inputs)

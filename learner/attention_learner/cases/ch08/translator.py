@@ -109,9 +109,9 @@ def build_translator(cls: Any, inputs: Inputs) -> nn.Module:
     return model.eval()
 
 
-def call_translator(cls: Any, inputs: Inputs) -> Arrays:
+def call_translator(cls: Any, inputs: Inputs) -> dict[str, Any]:  # raw outputs: tensors
     """forward(src, tgt_in), and encode then decode as separate calls."""
-    model = build_translator(cls, inputs)
+    model: Any = build_translator(cls, inputs)  # the learner's class
     src, tgt_in = int_tensor(inputs["src"]), int_tensor(inputs["tgt_in"])
     src_pad = src != inputs["pad_id"]  # (B, n_src)
     with torch.no_grad():
@@ -138,9 +138,32 @@ def describe_translator(params: dict[str, Any]) -> str:
     )
 
 
+#: TinyTranslator's tolerance (its cases compare at atol + rtol |expected|)
+TRANSLATOR_ATOL, TRANSLATOR_RTOL = 1e-8, 1e-6
+
+
 def _rows_close(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per sentence (axis 0): whether a and b agree."""
     return np.array([np.allclose(x, y, atol=1e-6, rtol=1e-5) for x, y in zip(a, b, strict=True)])
+
+
+def _encode_hints(memory: np.ndarray, want: np.ndarray) -> list[str]:
+    """Whether encode(src) is right (to float64 rounding), off by float32 rounding only, or wrong."""
+    if np.allclose(memory, want, atol=1e-12, rtol=1e-10):
+        return [
+            "encode is right, so the problem is in decode: the target embedding (scaled, with "
+            "positions), the masks of the decoder or the output projection."
+        ]
+    if np.allclose(memory, want, atol=1e-6, rtol=1e-5):
+        return [
+            "encode(src) agrees with the expected memory only to about 1e-7 of its size, the rounding "
+            "of float32: some tensor of your model is float32 (a table made with dtype=torch.float32, "
+            "or .float()); the tests run in float64."
+        ]
+    return [
+        "encode is already wrong: embeddings scaled by sqrt(d_model), the positional encoding "
+        "added, the source padding mask (src != pad_id) given to every encoder layer."
+    ]
 
 
 def translator_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]:
@@ -157,16 +180,7 @@ def translator_hints(inputs: Inputs, expected: Arrays, got: Arrays) -> list[str]
             "should be exactly those two calls."
         )
     if "memory" in expected and memory is not None and memory.shape == expected["memory"].shape:
-        if np.allclose(memory, expected["memory"], atol=1e-6, rtol=1e-5):
-            hints.append(
-                "encode is right, so the problem is in decode: the target embedding (scaled, with "
-                "positions), the masks of the decoder or the output projection."
-            )
-        else:
-            hints.append(
-                "encode is already wrong: embeddings scaled by sqrt(d_model), the positional encoding "
-                "added, the source padding mask (src != pad_id) given to every encoder layer."
-            )
+        hints += _encode_hints(memory, expected["memory"])
     pad = inputs["pad_id"]
     full = (inputs["src"] != pad).all(axis=1) & (inputs["tgt_in"] != pad).all(axis=1)  # (B,) unpadded
     right = _rows_close(logits, want)
