@@ -331,6 +331,15 @@ def test_given_attention_equals_the_reference():
             torch.testing.assert_close(ours, theirs)
 
 
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 5, 4), (2, 3, 4)), ((2, 3, 4), (2, 5, 3), (2, 5, 4))])
+def test_given_attention_refuses_keys_and_values_that_do_not_fit(shapes):
+    """torch's CPU kernel takes K and V of different lengths without a word, and its backward
+    then crashes or hangs the process ("keys from the query" with n_q != n_k): refused first."""
+    Q, K, V = (torch.randn(*shape, dtype=torch.float64, requires_grad=True) for shape in shapes)
+    with pytest.raises(ValueError, match="must have the same length"):
+        given_attention(Q, K, V)
+
+
 def test_given_multi_head_attention_equals_the_reference():
     torch.manual_seed(0)
     ours = GivenMultiHeadAttention(12, 3).double()

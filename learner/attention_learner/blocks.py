@@ -47,6 +47,13 @@ def given_attention(
     reaches the forward or the backward pass.
     """
     n_k = K.shape[-2]
+    # torch's CPU kernel does not compare the lengths: K and V of different lengths give a
+    # silently wrong output, and a backward that crashes or hangs the process
+    if V.shape[-2] != n_k or Q.shape[-1] != K.shape[-1]:
+        raise ValueError(
+            f"given_attention: K {tuple(K.shape)} and V {tuple(V.shape)} must have the same length "
+            f"(axis -2), and Q {tuple(Q.shape)} and K the same width (axis -1)"
+        )
     attn_mask, visible = None, None
     if mask is not None:
         # torch.broadcast_shapes is unannotated (it returns a torch.Size)
