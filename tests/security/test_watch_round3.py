@@ -255,9 +255,10 @@ def test_a_hard_link_to_a_file_its_owner_cannot_read_is_not_copied(watch):
     _give(staged, SYS)
     os.link(private, staged / "answers.txt")  # root's file, in sys's folder
     _hand_in(watch, staged)
-    watch.wait_for(lambda: _result(watch, "sys"), "sys's grading")
-    assert _result(watch, "sys")["score"] == FULL, _result(watch, "sys")
     kept = watch.out / ".watch" / "submitted" / "sys" / A
+    # results.json is written by the grading, the watcher keeps its copy just after: wait for both
+    watch.wait_for(lambda: _result(watch, "sys") and (kept / f"{A}.ipynb").is_file(), "sys's grading")
+    assert _result(watch, "sys")["score"] == FULL, _result(watch, "sys")
     assert (kept / f"{A}.ipynb").is_file() and not (kept / "answers.txt").exists()
 
 
