@@ -21,12 +21,16 @@ from pathlib import Path
 
 from grader.autograde.results import SubmissionResult
 
+# folders no grading writes a results.json into, and large ones (a fresh venv, a built book)
+PASSED_OVER = {"site-packages", "_build", "node_modules", "__pycache__", ".git"}
+
 
 def round_trip_problems(root: Path) -> tuple[int, list[str]]:
     """(how many of the grader's results.json under ``root`` were checked, one line per file
     that does not read back as written). Unreadable folders and files are passed over."""
     checked, problems = 0, []
-    for folder, _, files in os.walk(root, onerror=lambda error: None):
+    for folder, dirs, files in os.walk(root, onerror=lambda error: None):
+        dirs[:] = [d for d in dirs if d not in PASSED_OVER]
         if "results.json" not in files:
             continue
         path = Path(folder) / "results.json"
