@@ -19,6 +19,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ["MPLBACKEND"] = "Agg"
 
 import numpy  # noqa: E402,F401
+import numpy.random  # noqa: E402,F401  (numpy 2.4 imports it lazily: ~130 ms in every child that draws a case)
 import torch  # noqa: E402
 
 torch.set_num_threads(1)

@@ -26,6 +26,7 @@ server's loop: the probe it starts with, then jobs in and events out.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -83,6 +84,12 @@ def serve(config: ServerConfig) -> None:
     """The fork server's loop: jobs on stdin; started / exited events on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import grader.autograde.preload  # noqa: F401  (numpy, torch, IPython, the learner package)
+
+    # every object loaded so far goes to the collector's permanent generation: a collection in
+    # a child never walks them, so it writes none of their pages (each write is a page copied
+    # out of the server's memory into the child's)
+    gc.collect()
+    gc.freeze()
 
     view = config.view() if config.isolation is Isolation.NAMESPACES else None
     server = Server(config, view, _discover_cgroups(config))
