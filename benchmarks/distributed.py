@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import shutil
 import statistics
 import subprocess
@@ -81,11 +80,10 @@ def grade(root: Path, out: Path, extra: list[str]) -> dict[str, float]:
 
 
 def outcomes(out: Path) -> dict[str, tuple[str, float]]:
-    results = {}
-    for path in out.glob(f"*/{ASSIGNMENT}/results.json"):
-        data = json.loads(path.read_text())
-        results[data["student_id"]] = (data["status"], data["score"])
-    return results
+    """student -> (status, score) of each graded submission, read through ``from_json``."""
+    from grader.autograde.reports import read_results
+
+    return {r.student_id: (str(r.status), r.score) for r in read_results(out) if r.assignment == ASSIGNMENT}
 
 
 def per_job_overhead(jobs: int, work: Path) -> tuple[float, float]:
