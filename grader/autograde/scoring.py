@@ -158,32 +158,14 @@ def score_notebook(
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code":
             if is_manual_cell(cell):  # a written answer, graded by hand as in nbgrader
-                tests.append(
-                    TestResult(
-                        notebook,
-                        meta["grade_id"],
-                        0.0,
-                        cell_points(cell),
-                        TestStatus.NEEDS_MANUAL_GRADE,
-                        "graded by hand",
-                    )
-                )
+                tests.append(_graded_by_hand(notebook, cell))
             continue
         line = report.get(index)
         outputs = line.outputs if line else []
         if not is_test_cell(cell):
             cell.outputs = [notebook_node(o) for o in outputs]
             if is_manual_cell(cell):  # a graded solution cell: manual, as in nbgrader
-                tests.append(
-                    TestResult(
-                        notebook,
-                        meta["grade_id"],
-                        0.0,
-                        cell_points(cell),
-                        TestStatus.NEEDS_MANUAL_GRADE,
-                        "graded by hand",
-                    )
-                )
+                tests.append(_graded_by_hand(notebook, cell))
             continue
         kept = [o for o in outputs if o["output_type"] in ("stream", "error")]
         cell.outputs = [notebook_node(o) for o in kept]
@@ -224,6 +206,14 @@ def score_notebook(
             )
         )
     return tests
+
+
+def _graded_by_hand(notebook: str, cell: NotebookNode) -> TestResult:
+    """A manually graded cell's outcome: 0 of its points until an instructor grades it."""
+    grade_id = str(nbgrader_meta(cell)["grade_id"])
+    return TestResult(
+        notebook, grade_id, 0.0, cell_points(cell), TestStatus.NEEDS_MANUAL_GRADE, "graded by hand"
+    )
 
 
 def test_verdict(
