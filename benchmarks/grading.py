@@ -40,6 +40,7 @@ from grading_course import (  # type: ignore[import-not-found]
     ASSIGNMENT,
     MIXED,
     VENV_BIN,
+    autograde_command,
     env,
     make_course,
     make_mixed_course,
@@ -89,23 +90,7 @@ def ours(root: Path, out: Path, workers: int) -> float:
     phases = out.parent / f"{out.name}.phases.json"
     os.environ["GRADER_PHASES"] = str(phases)
     try:
-        seconds = run(
-            [
-                sys.executable,
-                "-m",
-                "grader",
-                "autograde",
-                str(root / "submitted"),
-                "--out",
-                str(out),
-                "--source",
-                str(root / "source"),
-                "--workers",
-                str(workers),
-                "--quiet",
-            ],
-            cwd=root,
-        )
+        seconds = run(autograde_command(root, out, workers), cwd=root)
     finally:
         del os.environ["GRADER_PHASES"]
     print_phases(json.loads(phases.read_text()), seconds)

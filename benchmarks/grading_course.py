@@ -28,6 +28,13 @@ MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.M)
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
 
 
+def autograde_command(root: Path, out: Path, workers: int, *extra: str) -> list[str]:
+    """``python -m grader autograde`` on the course at ``root`` (its ``submitted`` and
+    ``source``) into ``out``, quietly, with ``workers`` workers, then ``extra``."""
+    command = [sys.executable, "-m", "grader", "autograde", str(root / "submitted"), "--out", str(out)]
+    return [*command, "--source", str(root / "source"), "--workers", str(workers), "--quiet", *extra]
+
+
 def env() -> dict[str, str]:
     """The environment for nbgrader and our CLI: this venv's scripts first (nbgrader runs
     `alembic` by name), one thread per process as in grading."""

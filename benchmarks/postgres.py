@@ -48,20 +48,7 @@ def new_database(base_url: str) -> str:
 
 def autograde(root: Path, out: Path, workers: int, db: str | None) -> float:
     """Wall-clock seconds of one whole ``python -m grader autograde`` command."""
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(root / "submitted"),
-        "--out",
-        str(out),
-        "--source",
-        str(root / "source"),
-        "--workers",
-        str(workers),
-        "--quiet",
-    ] + (["--db", db] if db else [])
+    command = grading.autograde_command(root, out, workers, *(["--db", db] if db else []))
     return grading.run(command, cwd=root)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 from attention_learner.notebook_check import executed_notebook, outcomes_of
 from grader.paths import SOLUTIONS
 from tests.notebook_runner import assignments, solved_notebook, with_cell
+from tests.security.grade_as import autograde_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.grading]
 
@@ -174,22 +174,7 @@ def verdicts():
         checked.parent.mkdir(parents=True)
         shutil.copyfile(path, checked)
         local[assignment] = {o.grade_id: o.passed for o in outcomes_of(executed_notebook(checked, 300))}
-    command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "autograde",
-        str(root / "submitted"),
-        "--out",
-        str(out),
-        "--source",
-        str(source),
-        "--timeout",
-        "300",
-        "--workers",
-        "2",
-        "--quiet",
-    ]
+    command = autograde_command(root / "submitted", out, source=source, timeout=300)
     run = subprocess.run(command, capture_output=True, text=True, timeout=3000, cwd=root)
     graded = {}
     try:
