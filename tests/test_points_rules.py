@@ -162,6 +162,22 @@ def test_conventions_are_read_from_the_arrays_and_the_judges_own_inputs():
     assert not convention_facts({"Q": Q}, {"output": Q.copy()})["unchanged"]  # not sent back
 
 
+def test_an_input_one_ulp_off_the_judges_copy_is_unchanged_an_update_is_not():
+    """The judge draws its copy of the inputs in its own process, where a ``tanh`` may round the
+    last bit the other way: chapter 1's T = 1 states came back one unit in the last place off on
+    10 of 12 draws, and a correct ``jacobian_norms`` lost its 3 points as "modified in place"."""
+    rng = np.random.default_rng(0)
+    H = np.tanh(rng.standard_normal((1, 3)))  # (T, d_h), one row of states
+    drawn_elsewhere = np.nextafter(H, np.inf)  # the same draw, each entry one ulp up
+    assert convention_facts({"H": H}, {"norms": np.ones(1), AFTER + "H": drawn_elsewhere})["unchanged"]
+    nan_kept = np.array([np.nan, 1.0])
+    assert convention_facts({"z": nan_kept}, {"p": nan_kept, AFTER + "z": nan_kept.copy()})["unchanged"]
+    for updated in (H - H.max(), np.exp(H), H * (1 + 1e-9)):  # z -= z.max(), exp(z, out=z), a rescale
+        assert not convention_facts({"H": H}, {"norms": np.ones(1), AFTER + "H": updated})["unchanged"]
+    mask = np.array([[True, False]])
+    assert not convention_facts({"m": mask}, {"o": np.ones(1), AFTER + "m": ~mask})["unchanged"]
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int64, np.bool_])
 def test_the_report_keeps_the_dtype_the_learner_returned(dtype):
     array = np.arange(6).reshape(2, 3).astype(dtype)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from attention_learner.spec import Arrays, Case, Inputs
+from attention_learner.tolerance import all_close
 
 CONVENTION_LABELS = {
     "float64": "whether every output is float64",
@@ -42,23 +43,41 @@ def numpy_conventions(adapter: Callable[[Any, Inputs], dict[str, Any]]) -> Calla
     return call
 
 
+#: how far (relative) a float input may come back from the judge's copy and still count as
+#: unchanged: a few units in the last place of float64 (2.2e-16), far below any real update
+SAME_INPUT_RTOL = 1e-12
+
+
+def _same_input(back: np.ndarray, given: np.ndarray) -> bool:
+    """Whether an input array came back as the judge's copy of it (see :func:`convention_facts`)."""
+    if back.shape != given.shape:
+        return False
+    if given.dtype.kind == "f":  # NaN against NaN counts as the same (close_entries)
+        return all_close(back, given, np.finfo(given.dtype).tiny, SAME_INPUT_RTOL)
+    return bool(np.array_equal(back, given))
+
+
 def convention_facts(inputs: Inputs, raw: Arrays) -> Arrays:
     """The learner's outputs (as float64 for comparing) and the two conventions, decided here
     from ``raw`` (what arrived) and ``inputs`` (the judge's own copy of the case's inputs):
     "float64" when every non-bool output arrived as float64, "unchanged" when every input
-    array came back bit for bit as it was given."""
+    array came back as it was given: of the same shape, each float within
+    :data:`SAME_INPUT_RTOL` of the judge's own copy (:mod:`attention_learner.tolerance`), every
+    other entry equal.
+
+    The judge draws its copy in another process than the learner's: the same draw, but a
+    ``tanh`` or a small matrix product may round the last bit differently there (NumPy's SIMD
+    loops take another path at another memory alignment), so bit for bit would call a row of
+    states "modified in place" on some draws when nothing touched it. An in-place update
+    (``z -= z.max()``, ``np.exp(z, out=z)``) moves entries by far more than a few units in the
+    last place."""
     outputs = {k: v for k, v in raw.items() if not k.startswith(AFTER)}
     float64 = all(v.dtype == np.float64 for v in outputs.values() if v.dtype.kind != "b")
     unchanged = True
     for name, given in inputs.items():
         if isinstance(given, np.ndarray):
             back = raw.get(AFTER + name)
-            same = (
-                back is not None
-                and back.shape == given.shape
-                and np.array_equal(back, given, equal_nan=given.dtype.kind == "f")
-            )
-            unchanged = unchanged and bool(same)
+            unchanged = unchanged and back is not None and _same_input(back, given)
     compared = {k: v if v.dtype.kind == "b" else v.astype(np.float64) for k, v in outputs.items()}
     return {**compared, "float64": np.array(float64), "unchanged": np.array(unchanged)}
 

@@ -10,6 +10,7 @@ import pytest
 
 import grader
 from grader.autograde.folder_walk import code_fingerprint
+from grader.autograde.results import Status, SubmissionResult
 from grader.autograde.results import unchanged as _unchanged
 
 pytestmark = [pytest.mark.security, pytest.mark.grading]
@@ -31,7 +32,12 @@ def test_editing_the_grader_code_changes_the_fingerprint(tmp_path, monkeypatch):
 )
 def test_only_finished_results_are_kept(tmp_path, status, kept):
     previous = tmp_path / "results.json"
-    previous.write_text(json.dumps({"fingerprint": "abc", "status": status}))
+    result = SubmissionResult("ann", "03_scaled_dot_product", "abc", "namespaces", Status(status))
+    previous.write_text(json.dumps(result.to_json(), indent=1))
     assert _unchanged(previous, "abc") is kept
     assert _unchanged(previous, "abd") is False
     assert _unchanged(tmp_path / "missing.json", "abc") is False
+    # a results.json that does not read back as a whole result (hand-made, cut short) is
+    # graded again, whatever its status says
+    previous.write_text(json.dumps({"fingerprint": "abc", "status": status}))
+    assert _unchanged(previous, "abc") is False
