@@ -293,9 +293,6 @@ class Watcher:
         arrived = datetime.fromtimestamp(arrival.arrived_at, UTC).replace(tzinfo=None)
         self.session.run.arrived[(arrival.student, arrival.assignment)] = arrived  # the server's clock
         self.session.run.arrival_notes[(arrival.student, arrival.assignment)] = notes
-        self.session.run.arrival_flags[(arrival.student, arrival.assignment)] = list(
-            self.state.flags.get(arrival.key, [])
-        )
         try:
             queued = self.session.add(folder, problems)["queued"]
         except Exception as exc:  # a bug on one arrival must not stop the watch
@@ -320,12 +317,17 @@ class Watcher:
         permissions.make_folders(kept.parent)
         os.replace(flight.copy, kept)
         graded = _mtime(self.out / arrival.student / arrival.assignment / "results.json") != flight.stamp
+        if graded:  # a refused claim's flag names the claimant's unix account: results.json and
+            # grades.csv (the instructor's) get it, this student's feedback page does not
+            _keep_flags(self.out, arrival, self.state.flags.get(key, []))
         if self.exchange_course is not None:
             release_feedback(self.out, arrival.student, arrival.assignment, self.exchange_course)
         self.state.graded[key] = arrival.folder.name
         if graded:
             self.state.recent(arrival.rate_key, time.time()).append(time.time())
             self.graded_now += 1
+        if self.state.flags.get(key):
+            reports.write_grades_csv(self.out, reports.read_results(self.out))
         self.state.save()
         shutil.rmtree(flight.folder, ignore_errors=True)
         waited = time.time() - arrival.arrived_at

@@ -86,11 +86,9 @@ class Run:
         self.due: dict[str, datetime | None] = {}  # per assignment, once the gradebook has it
         # (student, assignment) -> when the watcher saw it arrive (naive UTC): the server's clock
         self.arrived: dict[tuple[str, str], datetime] = {}
-        # (student, assignment) -> the watcher's notes on that arrival (say, no timestamp.txt)
-        # and its flags (a refused claim of that id), written with the first results.json,
-        # never patched in after it
+        # (student, assignment) -> the watcher's notes on that arrival (say, no timestamp.txt),
+        # written with the first results.json, never patched in after it
         self.arrival_notes: dict[tuple[str, str], list[str]] = {}
-        self.arrival_flags: dict[tuple[str, str], list[str]] = {}
         self.source_cells = SourceCells(gradebook)  # read once per run, see gradebook.py
         self.isolation = str(server.config.isolation)
         self._ids = iter(range(1, 1 << 62))
@@ -169,13 +167,11 @@ def _copy_beside_files(home: Path, files: list[WalkedFile]) -> None:
 
 
 def _new_result(run: Run, sub: Submission, fingerprint: str) -> SubmissionResult:
-    """The result record a submission starts with: its notes and flags (the watcher's among
-    them), its times and the run's isolation."""
+    """The result record a submission starts with: its notes and the run's isolation."""
     src = run.sources[sub.assignment]
     result = SubmissionResult(sub.student, sub.assignment, fingerprint, run.isolation,
                               notes=list(sub.notes) + src.warnings)  # fmt: skip
     result.notes += run.arrival_notes.get((sub.student, sub.assignment), [])
-    result.flags += run.arrival_flags.get((sub.student, sub.assignment), [])
     handed_in = read_timestamp(sub.folder / TIMESTAMP_FILE)
     judged = judge_time(handed_in, run.arrived.get((sub.student, sub.assignment)))
     result.timestamp = iso_utc(judged.at)
